@@ -1,0 +1,172 @@
+"""Command line: ``autotune search | show | export | dashboard``.
+
+User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
+exit with code 1; Ctrl-C exits with 130 after printing the command that resumes the study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from autotune import __version__
+from autotune.errors import AutotuneError, UsageError
+
+__all__ = ["main", "build_parser"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _add_storage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", help="Optuna storage URL (default: $AUTOTUNE_STORAGE, else sqlite:///studies/<study>.db)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("search", help="run (or resume) a study of real training trials and export the best config")
+    s.add_argument("model_file", help="Python file defining a LightningModule (and usually a LightningDataModule)")
+    s.add_argument("--trials", type=_positive_int, default=20, help="trials this run adds (default 20; the first of a new study is the baseline)")
+    s.add_argument("--model", dest="model_class", help="LightningModule class to use when the file defines several")
+    s.add_argument("--data", dest="data_class", help="LightningDataModule class to use when the file defines several")
+    s.add_argument("--config", dest="config_file", help="LightningCLI YAML with your own trainer:/model:/data: values (the baseline)")
+    s.add_argument("--space", dest="space_file", help="search space YAML (default: search_spaces/default.yaml)")
+    s.add_argument("--objective", choices=None, help="throughput (default) or pareto")
+    s.add_argument("--loss-tolerance", type=_number, help="allowed worsening of the final loss vs the baseline, a fraction (default 0.05)")
+    s.add_argument("--monitor", help="metric the module logs to judge convergence (default val_loss; train loss if not logged)")
+    s.add_argument("--mode", help="min (default) or max: whether a lower or higher --monitor is better")
+    s.add_argument("--samples", type=_positive_int, help="training samples per trial, over all devices (default 8192)")
+    s.add_argument("--trial-timeout", type=_number, help="wall-clock cap per trial in seconds (default 900)")
+    s.add_argument("--devices", type=_positive_int, help="devices per trial (default: every GPU; 1 on a CPU-only machine); >1 runs DDP")
+    _add_storage(s)
+    s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
+    s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
+    s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
+    s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
+
+    for name, help_text in (("show", "print the trials of a study"), ("export", "write the recommended config of a study as LightningCLI YAML")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("study", help="study name (with --storage), or a study database path such as studies/digits.db")
+        _add_storage(p)
+        if name == "show":
+            p.add_argument("--format", choices=("table", "json", "yaml"), default="table")
+        else:
+            p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
+
+    d = sub.add_parser("dashboard", help="open a study storage in optuna-dashboard on 127.0.0.1")
+    d.add_argument("storage_target", nargs="?", metavar="DB_PATH_OR_STORAGE_URL", help="default: $AUTOTUNE_STORAGE or the only studies/*.db")
+    d.add_argument("--port", type=_positive_int, default=8080)
+    d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    return parser
+
+
+def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
+    """(study name or None, storage URL) from a study argument that may be a name or a .db path."""
+    from autotune.study import ENV_STORAGE, default_storage
+
+    if study.endswith(".db") or "/" in study or os.sep in study:
+        if not Path(study).is_file():
+            raise UsageError(f"study database {study!r} does not exist")
+        return None, f"sqlite:///{study}"
+    return study, storage or os.environ.get(ENV_STORAGE) or default_storage(study)
+
+
+def _cmd_search(args) -> int:
+    from autotune.report import ConsoleUI
+    from autotune.study import SearchOptions, run_search
+
+    opts = SearchOptions(**{k: getattr(args, k) for k in SearchOptions.__dataclass_fields__ if hasattr(args, k)})
+    ui = ConsoleUI(quiet=args.quiet)
+    result = run_search(opts, ui)
+    from autotune.study import load_study
+
+    study, settings = load_study(result.study_name, result.storage)
+    ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
+    return 0
+
+
+def _cmd_show(args) -> int:
+    from autotune.report import render_rows, trial_rows
+    from autotune.study import load_study, recommendation
+
+    name, url = _study_target(args.study, args.storage)
+    study, settings = load_study(name, url)
+    recommended, _ = recommendation(study, settings)
+    rows = trial_rows(study, recommended.number if recommended else None)
+    text = render_rows(rows, args.format, title=f"study {study.study_name}")
+    if text is not None:
+        print(text)
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from autotune.study import default_export_path, export_study, load_study, recommendation
+
+    name, url = _study_target(args.study, args.storage)
+    study, settings = load_study(name, url)
+    recommended, baseline = recommendation(study, settings)
+    if recommended is None:
+        raise AutotuneError(f"study {study.study_name!r} has no feasible complete trial to export yet")
+    out = Path(args.out) if args.out else default_export_path(url, study.study_name)
+    export_study(study, settings, recommended, baseline, out, url)
+    print(f"trial {recommended.number} written to {out}")
+    return 0
+
+
+def _cmd_dashboard(args) -> int:
+    from autotune.dashboard import serve, storage_for_dashboard
+    from autotune.study import mask_url
+
+    url = storage_for_dashboard(args.storage_target)
+    print(f"optuna-dashboard for {mask_url(url)} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+    serve(url, host=args.host, port=args.port)
+    return 0
+
+
+_COMMANDS = {"search": _cmd_search, "show": _cmd_show, "export": _cmd_export, "dashboard": _cmd_dashboard}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from autotune.study import Interrupted
+
+    try:
+        return _COMMANDS[args.command](args)
+    except Interrupted as e:
+        print(f"\n{e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except UsageError as e:
+        if args.debug:
+            raise
+        print(f"autotune: error: {e}", file=sys.stderr)
+        return 2
+    except AutotuneError as e:
+        if args.debug:
+            raise
+        print(f"autotune: error: {e}", file=sys.stderr)
+        return 1

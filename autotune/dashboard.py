@@ -1,0 +1,48 @@
+"""``autotune dashboard``: optuna-dashboard on a study's storage, bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autotune.errors import StorageError
+
+__all__ = ["storage_for_dashboard", "serve"]
+
+
+def storage_for_dashboard(target: str | None) -> str:
+    """The storage URL to serve: a URL as is, a path to an existing SQLite file, or, with no
+    argument, ``$AUTOTUNE_STORAGE`` or the only ``studies/*.db``.
+
+    Raises:
+        StorageError: The path does not exist (optuna-dashboard would create an empty database and
+            then fail), or no/several databases are found with no argument.
+    """
+    from autotune.study import ENV_STORAGE
+
+    if target is None:
+        if os.environ.get(ENV_STORAGE):
+            return os.environ[ENV_STORAGE]
+        found = sorted(Path("studies").glob("*.db"))
+        if len(found) != 1:
+            raise StorageError(
+                f"found {len(found)} databases in studies/ ({[str(p) for p in found]}); give one: autotune dashboard studies/NAME.db"
+            )
+        target = str(found[0])
+    if "://" in target:
+        if target.startswith("sqlite:///") and not Path(target[len("sqlite:///"):]).is_file():
+            raise StorageError(f"study database {target[len('sqlite:///'):]!r} does not exist; run `autotune search` first")
+        return target
+    path = Path(target)
+    if not path.is_file():
+        raise StorageError(f"study database {target!r} does not exist; give the .db file written by `autotune search` (e.g. studies/NAME.db)")
+    return f"sqlite:///{path}"
+
+
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve optuna-dashboard until interrupted (blocks)."""
+    from optuna_dashboard import run_server
+
+    from autotune.study import open_storage
+
+    run_server(open_storage(storage_url, create=False), host=host, port=port)

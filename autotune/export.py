@@ -1,0 +1,86 @@
+"""Export of a trial's config as a YAML file that LightningCLI runs as is (pure functions).
+
+The file has ``trainer:``, ``model:`` and ``data:`` sections. Each tuned value goes under the
+constructor argument it was applied through (``lr`` under the module's own name for it, e.g.
+``learning_rate``); the user's own ``--config`` values are kept. A value applied as an attribute
+(no constructor argument) cannot be set by LightningCLI: it is listed in a commented ``autotune:``
+block with what to change in the code. A header comment names the study, the trial, the measured
+figures, the hardware and the versions.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import yaml
+
+from autotune.config import TrialConfig
+
+__all__ = ["lightning_cli_config", "render_yaml"]
+
+
+def lightning_cli_config(
+    config: TrialConfig,
+    targets: Mapping[str, Mapping[str, str]],
+    user_config: Mapping[str, Mapping[str, Any]] | None = None,
+    has_datamodule: bool = True,
+) -> tuple[dict[str, Any], list[str]]:
+    """The LightningCLI config of a trial.
+
+    Args:
+        config: The trial's config.
+        targets: Knob name to ``{"owner": "model"|"data", "how": "init"|"attr"|"hparams", "name"}``.
+        user_config: The user's ``--config`` sections (``trainer``, ``model``, ``data``), kept as base.
+        has_datamodule: Whether the model file has a DataModule (else there is no ``data:`` section).
+
+    Returns:
+        ``(document, notes)``: the mapping to dump, and one line per value LightningCLI cannot set.
+    """
+    user_config = user_config or {}
+    doc: dict[str, Any] = {
+        "trainer": copy.deepcopy(dict(user_config.get("trainer", {}))),
+        "model": copy.deepcopy(dict(user_config.get("model", {}))),
+    }
+    if has_datamodule:
+        doc["data"] = copy.deepcopy(dict(user_config.get("data", {})))
+    doc["trainer"].update(
+        accelerator=config.accelerator,
+        devices=config.devices,
+        strategy=config.strategy,
+        precision=config.precision,
+        accumulate_grad_batches=config.accumulate_grad_batches,
+    )
+    if config.num_nodes != 1:
+        doc["trainer"]["num_nodes"] = config.num_nodes
+    notes: list[str] = []
+    for knob, target in targets.items():
+        value = getattr(config, knob)
+        if value is None:
+            continue
+        section = "model" if target["owner"] == "model" else "data"
+        if target["how"] == "init":
+            doc.setdefault(section, {})[target["name"]] = value
+        else:
+            owner = "LightningModule" if section == "model" else "LightningDataModule"
+            where = f"hparams[{target['name']!r}]" if target["how"] == "hparams" else target["name"]
+            notes.append(f"{knob}: {value!r}  # set {owner}.{where} in your code (it is not a constructor argument)")
+    if not doc["model"]:
+        del doc["model"]
+    if has_datamodule and not doc.get("data"):
+        doc.pop("data", None)
+    return doc, notes
+
+
+def render_yaml(document: Mapping[str, Any], header: list[str], notes: list[str] | None = None) -> str:
+    """YAML text: ``header`` lines as comments, the document (``yaml.safe_dump``), then notes.
+
+    Floats are written with full precision (``yaml.safe_dump`` round-trips them exactly).
+    """
+    lines = [f"# {line}" if line else "#" for line in header]
+    body = yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False)
+    text = "\n".join(lines) + "\n" + body
+    if notes:
+        text += "# autotune: values LightningCLI cannot set, to apply by hand:\n"
+        text += "".join(f"#   {note}\n" for note in notes)
+    return text

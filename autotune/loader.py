@@ -1,0 +1,322 @@
+"""Loading the user's model file and applying a trial's config to it.
+
+Everything here imports the user's code, torch and Lightning, so it runs only in trial processes
+(``autotune.target``); the CLI process checks the file's syntax alone (:func:`check_model_file`).
+
+Where a knob goes, in order (the places Lightning's Tuner looks, plus constructor arguments first
+so a value is in place before ``__init__`` builds anything from it):
+
+1. a constructor argument of that name of the DataModule (``batch_size``, ``num_workers``) or the
+   LightningModule (all knobs; ``learning_rate`` is accepted for ``lr``);
+2. an attribute of that name on the DataModule, then the LightningModule;
+3. an entry of ``model.hparams``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+import yaml
+
+from autotune.errors import ModelFileError, UsageError
+
+__all__ = [
+    "check_model_file",
+    "load_user_module",
+    "find_classes",
+    "read_user_config",
+    "KnobTarget",
+    "locate_knobs",
+    "build_objects",
+    "read_knob",
+]
+
+#: Names under which a knob may appear in user code, in order of preference.
+KNOB_ALIASES: dict[str, tuple[str, ...]] = {
+    "batch_size": ("batch_size",),
+    "num_workers": ("num_workers",),
+    "lr": ("lr", "learning_rate"),
+}
+
+
+def check_model_file(path: str | Path) -> Path:
+    """Check, without importing anything, that ``path`` is an existing Python file that compiles.
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        ModelFileError: Missing, not a ``.py`` file, or a syntax error (message ``file:line: ...``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ModelFileError(f"model file {str(path)!r} does not exist")
+    if path.is_dir() or path.suffix != ".py":
+        raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); point autotune at your model.py")
+    source = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise ModelFileError(f"{path}:{e.lineno}: syntax error: {e.msg}") from e
+    return path.resolve()
+
+
+def load_user_module(path: str | Path) -> ModuleType:
+    """Import the model file as a module, its folder importable, without running its ``__main__`` block.
+
+    The module is registered under the file's stem (so ``pickle`` and sibling imports work), or
+    under ``_autotune_user_<stem>`` when that name is taken.
+
+    Raises:
+        ModelFileError: The file cannot be imported; the message names the exception and the line.
+    """
+    path = check_model_file(path)
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem if path.stem.isidentifier() and path.stem not in sys.modules else f"_autotune_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"cannot import {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        line = _user_line(e, path)
+        raise ModelFileError(f"importing {path}{line} raised {type(e).__name__}: {e}") from e
+    return module
+
+
+def _user_line(error: BaseException, path: Path) -> str:
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if Path(frame.filename).resolve() == path:
+            return f":{frame.lineno}"
+    return ""
+
+
+def _lightning_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """LightningModule and LightningDataModule classes of both package flavours that are imported."""
+    import lightning.pytorch as lp
+
+    modules, datas = [lp.LightningModule], [lp.LightningDataModule]
+    if "pytorch_lightning" in sys.modules:  # only if the user's code imported it
+        import pytorch_lightning as ptl
+
+        modules.append(ptl.LightningModule)
+        datas.append(ptl.LightningDataModule)
+    return tuple(modules), tuple(datas)
+
+
+def _candidates(module: ModuleType, bases: tuple[type, ...]) -> list[type]:
+    found = [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj) and issubclass(obj, bases) and obj not in bases and not inspect.isabstract(obj)
+    ]
+    defined = [c for c in found if c.__module__ == module.__name__]
+    return defined or found
+
+
+def _choose(kind: str, flag: str, candidates: list[type], name: str | None, path: str) -> type | None:
+    names = [c.__name__ for c in candidates]
+    if name is not None:
+        for c in candidates:
+            if c.__name__ == name:
+                return c
+        raise ModelFileError(f"{path}: no {kind} named {name!r}; found {names or 'none'}")
+    if len(candidates) > 1:
+        raise ModelFileError(f"{path}: several {kind} classes {names}; choose one with {flag} NAME")
+    return candidates[0] if candidates else None
+
+
+def find_classes(module: ModuleType, model_name: str | None = None, data_name: str | None = None) -> tuple[type, type | None]:
+    """The LightningModule and LightningDataModule classes of a user module.
+
+    Classes defined in the module are preferred; classes it only imports count when it defines none.
+
+    Returns:
+        ``(model_class, datamodule_class_or_None)``.
+
+    Raises:
+        ModelFileError: No LightningModule, several without a choice, or a chosen name not found.
+    """
+    module_bases, data_bases = _lightning_bases()
+    path = getattr(module, "__file__", module.__name__)
+    model_cls = _choose("LightningModule", "--model", _candidates(module, module_bases), model_name, path)
+    if model_cls is None:
+        raise ModelFileError(f"{path}: defines no LightningModule subclass (lightning.pytorch or pytorch_lightning)")
+    data_cls = _choose("LightningDataModule", "--data", _candidates(module, data_bases), data_name, path)
+    return model_cls, data_cls
+
+
+def read_user_config(path: str | Path | None) -> dict[str, Any]:
+    """Read a LightningCLI-style YAML (``trainer:``, ``model:``, ``data:``) into plain dicts.
+
+    ``model:``/``data:`` may hold plain values or ``class_path``/``init_args``; only ``init_args`` (or
+    the plain values) are kept.
+
+    Raises:
+        UsageError: Missing file, invalid YAML, or a section that is not a mapping.
+    """
+    if path is None:
+        return {"trainer": {}, "model": {}, "data": {}}
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML ({e})") from e
+    if not isinstance(data, Mapping):
+        raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
+    out: dict[str, Any] = {}
+    for section in ("trainer", "model", "data"):
+        value = data.get(section) or {}
+        if not isinstance(value, Mapping):
+            raise UsageError(f"{path}: section {section!r} must be a mapping, got {value!r}")
+        if "init_args" in value:
+            value = value.get("init_args") or {}
+        out[section] = dict(value)
+    return out
+
+
+@dataclass(frozen=True)
+class KnobTarget:
+    """Where one knob is applied in the user's objects.
+
+    Attributes:
+        knob: Knob name (``batch_size``, ``num_workers``, ``lr``).
+        owner: ``"data"`` (the DataModule) or ``"model"`` (the LightningModule).
+        how: ``"init"`` (constructor argument), ``"attr"`` (attribute) or ``"hparams"``.
+        name: The argument or attribute name (``lr`` may be ``learning_rate``).
+    """
+
+    knob: str
+    owner: str
+    how: str
+    name: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"knob": self.knob, "owner": self.owner, "how": self.how, "name": self.name}
+
+
+def _init_params(cls: type) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def locate_knobs(model_cls: type, data_cls: type | None, model: Any = None, datamodule: Any = None) -> dict[str, KnobTarget]:
+    """Find where each loader/module knob can be applied (see the module docstring for the order).
+
+    Args:
+        model_cls, data_cls: The user's classes.
+        model, datamodule: Instances built with the baseline arguments, for attribute lookups.
+
+    Returns:
+        Knob name to :class:`KnobTarget`, for the knobs that can be applied.
+    """
+    found: dict[str, KnobTarget] = {}
+    for knob, aliases in KNOB_ALIASES.items():
+        owners = [("data", data_cls, datamodule), ("model", model_cls, model)] if knob != "lr" else [("model", model_cls, model)]
+        target = None
+        for owner, cls, obj in owners:
+            if cls is None:
+                continue
+            params = _init_params(cls)
+            for alias in aliases:
+                if alias in params:
+                    target = KnobTarget(knob, owner, "init", alias)
+                    break
+            if target:
+                break
+        if target is None:
+            for owner, cls, obj in owners:
+                if obj is None:
+                    continue
+                for alias in aliases:
+                    if alias in vars(obj) or isinstance(getattr(type(obj), alias, None), property):
+                        target = KnobTarget(knob, owner, "attr", alias)
+                        break
+                    hparams = getattr(obj, "hparams", None) if owner == "model" else None
+                    if hparams is not None and alias in hparams:
+                        target = KnobTarget(knob, owner, "hparams", alias)
+                        break
+                if target:
+                    break
+        if target is not None:
+            found[knob] = target
+    return found
+
+
+def _init_kwargs(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
+    params = _init_params(cls)
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in given if k not in params and not accepts_any]
+    if unknown:
+        raise UsageError(f"{cls.__name__} takes no argument(s) {unknown}; its arguments: {[p for p in params if p != 'self']}")
+    return dict(given)
+
+
+def build_objects(
+    model_cls: type,
+    data_cls: type | None,
+    user_config: Mapping[str, Mapping[str, Any]],
+    targets: Mapping[str, KnobTarget],
+    values: Mapping[str, Any],
+) -> tuple[Any, Any]:
+    """Instantiate the user's module (and datamodule) with a trial's knob values applied.
+
+    Args:
+        model_cls, data_cls: The user's classes.
+        user_config: Output of :func:`read_user_config` (its ``model``/``data`` arguments).
+        targets: Output of :func:`locate_knobs`.
+        values: Knob name to value; knobs without a target are ignored.
+
+    Returns:
+        ``(model, datamodule_or_None)``.
+    """
+    kwargs = {"model": dict(user_config.get("model", {})), "data": dict(user_config.get("data", {}))}
+    for knob, target in targets.items():
+        if knob in values and target.how == "init":
+            kwargs[target.owner][target.name] = values[knob]
+    datamodule = data_cls(**_init_kwargs(data_cls, kwargs["data"])) if data_cls is not None else None
+    model = model_cls(**_init_kwargs(model_cls, kwargs["model"]))
+    objects = {"model": model, "data": datamodule}
+    for knob, target in targets.items():
+        if knob not in values or target.how == "init":
+            continue
+        obj = objects[target.owner]
+        if target.how == "attr":
+            setattr(obj, target.name, values[knob])
+        else:
+            obj.hparams[target.name] = values[knob]
+    return model, datamodule
+
+
+def read_knob(target: KnobTarget, model: Any, datamodule: Any) -> Any:
+    """The value a knob has on built objects (the baseline's value), or ``None`` if not readable."""
+    obj = model if target.owner == "model" else datamodule
+    if obj is None:
+        return None
+    if hasattr(obj, target.name):
+        return getattr(obj, target.name)
+    hparams = getattr(obj, "hparams", None)
+    if hparams is not None and target.name in hparams:
+        return hparams[target.name]
+    if target.how == "init":
+        param = _init_params(type(obj)).get(target.name)
+        if param is not None and param.default is not inspect.Parameter.empty:
+            return param.default
+    return None

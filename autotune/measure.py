@@ -1,0 +1,318 @@
+"""Measurement of one trial, in one Lightning callback, and the pure summary of what it recorded.
+
+:class:`MeasureCallback` runs in each rank of a trial. Per training batch it records the host time
+between the end of the previous batch and the start of this one (the data wait: fetching the batch
+and copying it to the device), the time from the end of the previous batch to the end of this one
+(the step interval), the batch's size and its loss. It also checks, on the first batch, that the
+batch really has the trial's ``batch_size``, and raises on a non-finite loss.
+
+Throughput is measured over the steady state: the first batches (the warm-up, see
+:func:`warmup_batches`) are excluded, and on CUDA the device is synchronised at both ends of the
+measured window, so the window covers finished work. Per-step intervals are host-side times.
+
+:func:`summarize` turns the raw records into the figures stored on the trial; it is a pure function
+of plain data.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import time
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "MeasureCallback",
+    "TrialFault",
+    "warmup_batches",
+    "summarize",
+    "merge_ranks",
+    "batch_length",
+]
+
+#: At most this many points of the loss curve are stored per trial.
+MAX_CURVE_POINTS = 200
+
+
+class TrialFault(Exception):
+    """A trial failed for a reason autotune detected; ``kind`` is a short category.
+
+    Kinds: ``batch_size_not_applied``, ``num_workers_not_applied``, ``precision_not_applied``,
+    ``nonfinite_loss``, ``monitor_missing``.
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def batch_length(batch: Any) -> int | None:
+    """Samples in a batch: the first dimension of its first tensor (nested lists/tuples/dicts ok)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = batch_length(item)
+            if n is not None:
+                return n
+    return None
+
+
+def warmup_batches(total_batches: int, accumulate_grad_batches: int) -> int:
+    """Batches discarded as warm-up before the steady state is measured.
+
+    A tenth of the run, at least 2 batches, rounded up to a whole optimizer step; when that would
+    leave fewer than 3 batches, the most whole optimizer steps that leave 3 (0 for short runs).
+
+    Args:
+        total_batches: Training batches the trial runs (>= 0).
+        accumulate_grad_batches: Batches per optimizer step (>= 1).
+
+    Returns:
+        Number of leading batches excluded, ``0 <= w <= max(0, total_batches - 3)``.
+    """
+    k = max(1, accumulate_grad_batches)
+    w = math.ceil(max(2, math.ceil(0.1 * total_batches)) / k) * k
+    limit = max(0, total_batches - 3)
+    if w > limit:
+        w = (limit // k) * k
+    return w
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+    if len(points) <= limit:
+        return points
+    stride = len(points) / limit
+    picked = [points[int(i * stride)] for i in range(limit - 1)]
+    return picked + [points[-1]]
+
+
+def summarize(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Figures of one rank from its raw record (pure).
+
+    Args:
+        record: ``intervals`` (s, per batch), ``waits`` (s, per batch; the first may be 0),
+            ``sizes`` (samples per batch on this rank), ``losses`` (per batch, unscaled),
+            ``warmup`` (batches excluded), ``window_seconds`` (s, synchronised steady-state window,
+            optional), ``world_size``.
+
+    Returns:
+        ``samples`` and ``seconds`` of the steady-state window on this rank, ``step_time_median`` and
+        ``step_time_p90`` (s), ``data_wait_fraction`` (0..1), ``loss_curve`` (list of
+        ``[samples_seen_global, loss]``), ``train_loss_final`` (mean loss of the last tenth).
+    """
+    intervals = list(record["intervals"])
+    waits = list(record["waits"])
+    sizes = list(record["sizes"])
+    losses = list(record["losses"])
+    warmup = int(record["warmup"])
+    world = int(record.get("world_size", 1))
+    steady = slice(warmup, None)
+    steady_intervals = intervals[steady]
+    seconds = record.get("window_seconds") or sum(steady_intervals)
+    samples = sum(sizes[steady])
+    curve: list[tuple[int, float]] = []
+    seen = 0
+    for size, loss in zip(sizes, losses):
+        seen += size * world
+        if loss is not None:
+            curve.append((seen, loss))
+    tail = [l for _, l in curve[-max(1, len(curve) // 10):]]
+    total_interval = sum(steady_intervals)
+    return {
+        "samples": samples,
+        "seconds": seconds,
+        "step_time_median": statistics.median(steady_intervals) if steady_intervals else float("nan"),
+        "step_time_p90": _percentile(steady_intervals, 0.9),
+        "data_wait_fraction": (sum(waits[steady]) / total_interval) if total_interval > 0 else 0.0,
+        "loss_curve": [list(p) for p in _thin(curve, MAX_CURVE_POINTS)],
+        "train_loss_final": statistics.fmean(tail) if tail else float("nan"),
+        "batches": len(intervals),
+        "warmup_batches": warmup,
+    }
+
+
+def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> dict[str, Any]:
+    """Trial figures from every rank's :func:`summarize` output plus its memory (pure).
+
+    Global throughput is all ranks' steady-state samples over the slowest rank's window (ranks of a
+    DDP step wait for each other, so the slowest one sets the pace). Step times are the slowest
+    rank's; the loss curve is rank 0's; validation metrics are averaged over ranks.
+
+    Args:
+        ranks: Per-rank dicts: :func:`summarize` keys plus ``peak_memory_gib`` and ``metrics``.
+        peak_memory_kind: ``"cuda_max_allocated"`` (per device; the maximum over ranks is kept) or
+            ``"cpu_rss"`` (peak RSS of each rank and its workers; summed over ranks).
+
+    Returns:
+        ``samples_per_sec`` (global), ``device/samples_per_sec`` (per device), step times, data
+        wait fraction, ``peak_memory_gib``, ``loss_curve``, ``train_loss_final``, ``metrics``.
+    """
+    slowest = max(ranks, key=lambda r: r["seconds"] or 0.0)
+    seconds = slowest["seconds"]
+    samples = sum(r["samples"] for r in ranks)
+    sps = samples / seconds if seconds and seconds > 0 else float("nan")
+    metrics: dict[str, float] = {}
+    names = set().union(*(r.get("metrics", {}).keys() for r in ranks))
+    for name in names:
+        values = [r["metrics"][name] for r in ranks if name in r.get("metrics", {})]
+        metrics[name] = statistics.fmean(values)
+    memory = [r.get("peak_memory_gib", 0.0) for r in ranks]
+    rank0 = min(ranks, key=lambda r: r.get("rank", 0))
+    return {
+        "samples_per_sec": sps,
+        "device/samples_per_sec": sps / len(ranks) if ranks else float("nan"),
+        "step_time_median": slowest["step_time_median"],
+        "step_time_p90": slowest["step_time_p90"],
+        "data_wait_fraction": max(r["data_wait_fraction"] for r in ranks),
+        "peak_memory_gib": sum(memory) if peak_memory_kind == "cpu_rss" else max(memory),
+        "peak_memory_kind": peak_memory_kind,
+        "loss_curve": rank0["loss_curve"],
+        "train_loss_final": rank0["train_loss_final"],
+        "metrics": metrics,
+        "batches": rank0["batches"],
+        "warmup_batches": rank0["warmup_batches"],
+    }
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process plus its largest finished child, in GiB (Linux KiB units)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 2**20
+
+
+def _make_callback_class():
+    """Build the callback class lazily so that importing this module does not import Lightning."""
+    import lightning.pytorch as pl
+    import torch
+
+    class MeasureCallback(pl.Callback):
+        """Records per-batch timing, size and loss of one rank (see the module docstring).
+
+        Args:
+            batch_size: The trial's per-device batch size; the first batch must have it.
+            num_workers: The trial's DataLoader workers, checked on the train DataLoader, or ``None``.
+            total_batches: Training batches the trial will run (for the warm-up length).
+            accumulate_grad_batches: Batches per optimizer step (losses are unscaled by it).
+            check_every: Batches between non-finite loss checks (each check syncs the device once).
+        """
+
+        def __init__(self, batch_size: int, num_workers: int | None, total_batches: int, accumulate_grad_batches: int, check_every: int = 16):
+            self.batch_size = batch_size
+            self.num_workers = num_workers
+            self.accumulate = accumulate_grad_batches
+            self.warmup = warmup_batches(total_batches, accumulate_grad_batches)
+            self.check_every = check_every
+            self.intervals: list[float] = []
+            self.waits: list[float] = []
+            self.sizes: list[int] = []
+            self._losses: list[Any] = []
+            self._last_end: float | None = None
+            self._window_start: float | None = None
+            self.window_seconds: float | None = None
+            self.world_size = 1
+            self.lr_ran: float | None = None
+            self.cuda = False
+
+        def _sync(self) -> None:
+            if self.cuda:
+                torch.cuda.synchronize()
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.world_size = trainer.world_size
+            self.cuda = trainer.strategy.root_device.type == "cuda"
+            loader = trainer.train_dataloader
+            workers = getattr(loader, "num_workers", None)
+            if self.num_workers is not None and workers is not None and workers != self.num_workers:
+                raise TrialFault("num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {self.num_workers}")
+            if trainer.optimizers:
+                self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
+            self._sync()
+            self._last_end = time.perf_counter()
+            self._window_start = self._last_end  # moved to the end of the warm-up when it ends
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            now = time.perf_counter()
+            n = batch_length(batch)
+            if not self.sizes and n is not None and n != self.batch_size:
+                raise TrialFault(
+                    "batch_size_not_applied",
+                    f"batch_size not applied: the first training batch had {n} samples, the trial asked for {self.batch_size}",
+                )
+            self.waits.append(now - self._last_end if self._last_end is not None else 0.0)
+            self.sizes.append(n or 0)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            index = len(self.intervals)
+            if index + 1 == self.warmup:
+                self._sync()
+            now = time.perf_counter()
+            self.intervals.append(now - self._last_end)
+            self._last_end = now
+            if index + 1 == self.warmup:
+                self._window_start = now
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if isinstance(loss, torch.Tensor):
+                self._losses.append(loss.detach().float() * self.accumulate)
+            else:
+                self._losses.append(None)
+            if (index + 1) % self.check_every == 0:
+                self._check_finite()
+
+        def _check_finite(self) -> None:
+            pending = [(i, l) for i, l in enumerate(self._losses) if isinstance(l, torch.Tensor)]
+            if not pending:
+                return
+            stacked = torch.stack([l for _, l in pending])
+            bad = ~torch.isfinite(stacked)
+            if bool(bad.any()):
+                first = pending[int(bad.nonzero()[0])][0]
+                seen = sum(self.sizes[: first + 1]) * self.world_size
+                raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self._sync()
+            end = time.perf_counter()
+            self._check_finite()
+            if len(self.intervals) < self.warmup:  # stopped early: measure everything
+                self.warmup = 0
+            if self._window_start is not None:
+                self.window_seconds = end - self._window_start
+
+        def record(self) -> dict[str, Any]:
+            """Raw record for :func:`summarize`."""
+            losses = [float(l) if isinstance(l, torch.Tensor) else None for l in self._losses]
+            return {
+                "intervals": self.intervals,
+                "waits": self.waits,
+                "sizes": self.sizes,
+                "losses": losses,
+                "warmup": self.warmup,
+                "window_seconds": self.window_seconds,
+                "world_size": self.world_size,
+                "lr_ran": self.lr_ran,
+            }
+
+    return MeasureCallback
+
+
+def __getattr__(name: str):
+    if name == "MeasureCallback":
+        cls = _make_callback_class()
+        globals()["MeasureCallback"] = cls
+        return cls
+    raise AttributeError(name)

@@ -1,0 +1,163 @@
+"""Terminal output: per-trial lines while a search runs, and trial tables (rich)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+__all__ = ["ConsoleUI", "trial_rows", "render_rows"]
+
+_COLUMNS = (
+    ("number", "#"),
+    ("state", "state"),
+    ("batch_size", "batch"),
+    ("precision", "precision"),
+    ("accumulate_grad_batches", "accum"),
+    ("num_workers", "workers"),
+    ("lr", "lr"),
+    ("effective_batch_size", "eff. batch"),
+    ("samples_per_sec", "samples/s"),
+    ("loss", "loss"),
+    ("feasible", "feasible"),
+    ("note", "note"),
+)
+
+
+def trial_rows(study, recommended_number: int | None = None) -> list[dict[str, Any]]:
+    """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        config = attrs.get("config", {})
+        note = attrs.get("fail_reason") or ""
+        if attrs.get("baseline"):
+            note = ("baseline " + note).strip()
+        if t.number == recommended_number:
+            note = ("recommended " + note).strip()
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                **{k: config.get(k) for k in ("batch_size", "precision", "accumulate_grad_batches", "num_workers", "lr", "devices")},
+                "effective_batch_size": attrs.get("effective_batch_size"),
+                "samples_per_sec": attrs.get("samples_per_sec"),
+                "device/samples_per_sec": attrs.get("device/samples_per_sec"),
+                "step_time_median": attrs.get("step_time_median"),
+                "data_wait_fraction": attrs.get("data_wait_fraction"),
+                "peak_memory_gib": attrs.get("peak_memory_gib"),
+                "loss": attrs.get("loss"),
+                "loss_source": attrs.get("loss_source"),
+                "feasible": attrs.get("feasible"),
+                "fail_kind": attrs.get("fail_kind"),
+                "fail_reason": attrs.get("fail_reason"),
+                "note": note,
+            }
+        )
+    return rows
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if key == "lr":
+            return f"{value:.3g}"
+        if key == "samples_per_sec":
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    return str(value)
+
+
+def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title: str | None = None) -> str | None:
+    """Print rows as a rich table (``fmt="table"``), or return them as JSON or YAML text."""
+    if fmt == "json":
+        return json.dumps(list(rows), indent=2, default=str)
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(list(map(dict, rows)), sort_keys=False)
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for key, label in _COLUMNS:
+        table.add_column(label, justify="right" if key not in ("state", "precision", "note") else "left", overflow="fold")
+    for row in rows:
+        style = "bold green" if "recommended" in (row.get("note") or "") else ("dim" if row["state"] != "COMPLETE" else None)
+        table.add_row(*(_fmt(k, row.get(k)) for k, _ in _COLUMNS), style=style)
+    (console or _console()).print(table)
+    return None
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+class ConsoleUI:
+    """Messages of a running search: one line per trial start and end, warnings, the summary.
+
+    Args:
+        quiet: Print only warnings and the final summary.
+    """
+
+    def __init__(self, quiet: bool = False):
+        self.console = _console()
+        self.quiet = quiet
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {message}")
+
+    def search_started(self, settings: Mapping[str, Any], trials: int) -> None:
+        space = ", ".join(f"{k}={v.get('choices', [v.get('low'), v.get('high')])}" for k, v in settings["space"].items())
+        self.info(
+            f"objective {settings['objective']} (loss tolerance {settings['loss_tolerance']:.0%}, monitor {settings['monitor']}), "
+            f"{settings['samples']} training samples per trial, devices={settings['devices']}, {trials} trial(s)"
+        )
+        self.info(f"space: {space}")
+
+    def trial_started(self, number: int, config, is_baseline: bool) -> None:
+        label = " (baseline)" if is_baseline else ""
+        lr = f"{config.lr:.3g}" if config.lr is not None else "-"
+        self.info(
+            f"trial {number}{label}: batch_size={config.batch_size} precision={config.precision} "
+            f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}"
+        )
+
+    def trial_finished(self, trial) -> None:
+        attrs = trial.user_attrs
+        if trial.state.name == "COMPLETE":
+            feasible = "" if attrs.get("feasible", True) else " [infeasible: loss above tolerance]"
+            self.info(
+                f"  -> {attrs['samples_per_sec']:,.0f} samples/s, {attrs.get('loss_source')} {attrs['loss']:.4g}, "
+                f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"
+            )
+        else:
+            self.console.print(f"  -> [red]{trial.state.name}[/red]: {attrs.get('fail_reason')}", markup=True, highlight=False)
+
+    def summary(self, study, settings, recommended, baseline, export_path) -> None:
+        rows = trial_rows(study, recommended.number if recommended else None)
+        complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=lambda r: -(r["samples_per_sec"] or 0))
+        render_rows(complete[:10], "table", self.console, title=f"study {settings['study_name']}: fastest complete trials")
+        failed = [r for r in rows if r["state"] != "COMPLETE"]
+        if failed:
+            self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
+        if recommended is None:
+            self.console.print("no feasible trial yet: nothing to recommend")
+            return
+        sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+        self.console.print(
+            f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
+            f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
+        )
+        if export_path is not None:
+            self.console.print(f"config written to {export_path}", markup=False)

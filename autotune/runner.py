@@ -1,0 +1,208 @@
+"""Running trial processes from the CLI process: isolation, timeouts, kill, and the outcome.
+
+Each trial runs ``python -m autotune.target`` in a new session (its own process group). Whatever
+happens (normal end, a crash, a timeout, Ctrl-C in the CLI), the whole group is killed afterwards, so
+no DDP rank or DataLoader worker outlives its trial. The outcome is classified by the pure function
+:func:`classify` from the exit status and the per-rank JSON files the ranks wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from autotune.errors import AutotuneError, UsageError
+
+__all__ = ["TrialOutcome", "classify", "run_trial_process", "inspect_process", "kill_group"]
+
+#: Lines of a failed trial's log kept on the trial.
+LOG_TAIL_LINES = 20
+
+
+@dataclass
+class TrialOutcome:
+    """What one trial process produced.
+
+    Attributes:
+        ok: Every rank finished and reported.
+        fail_kind: Short failure category (``timeout``, ``oom``, ``nonfinite_loss``, ``exception``,
+            ``killed``, ``crashed``, ``batch_size_not_applied``, ...), or ``None``.
+        fail_reason: One-line reason stored on the trial, or ``None``.
+        ranks: Per-rank result dicts (see :func:`autotune.target.run_trial`).
+        wall_seconds: Process start to exit, s.
+        log_tail: Last lines of the trial's combined stdout/stderr.
+        process_group: The process group id the trial ran in.
+    """
+
+    ok: bool
+    fail_kind: str | None = None
+    fail_reason: str | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    log_tail: str = ""
+    process_group: int | None = None
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of a process group; a group already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def classify(
+    returncode: int | None,
+    timed_out: bool,
+    timeout: float,
+    ranks: Sequence[Mapping[str, Any]],
+    expected_ranks: int,
+) -> tuple[str | None, str | None]:
+    """Failure kind and reason of a trial, or ``(None, None)`` when it succeeded (pure).
+
+    Precedence: a timeout; then the first rank that reported an error (by rank); then a missing
+    rank report or a non-zero exit (killed by a signal, or crashed).
+
+    Args:
+        returncode: The trial process's exit status (negative: killed by that signal).
+        timed_out: The process was killed at ``timeout``.
+        timeout: The wall-clock cap, s.
+        ranks: Rank reports found.
+        expected_ranks: ``devices * num_nodes``.
+    """
+    if timed_out:
+        return "timeout", f"timeout: the trial ran longer than {timeout:g} s (--trial-timeout) and was killed"
+    for report in sorted(ranks, key=lambda r: r.get("rank", 0)):
+        error = report.get("error")
+        if error:
+            return error["kind"], error["message"]
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return "killed", f"killed: the trial process was killed by {name}"
+    if returncode:
+        return "crashed", f"crashed: the trial process exited with code {returncode} without a report"
+    if len([r for r in ranks if r.get("ok")]) < expected_ranks:
+        return "crashed", f"crashed: {len(ranks)} of {expected_ranks} ranks reported"
+    return None, None
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    # the trial imports autotune from wherever this process did
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([package_root, env["PYTHONPATH"]]) if env.get("PYTHONPATH") else package_root
+    return env
+
+
+def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str], cwd: str | None = None) -> tuple[int | None, bool, float, int]:
+    start = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.target", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(env),
+            cwd=cwd,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(proc.pid)  # ranks and loader workers too, whatever happened
+            proc.wait()
+    return proc.returncode, timed_out, time.monotonic() - start, proc.pid
+
+
+def run_trial_process(
+    spec: Mapping[str, Any],
+    *,
+    timeout: float,
+    trial_number: int,
+    expected_ranks: int,
+    devices: int,
+) -> TrialOutcome:
+    """Run one trial in a fresh process group and classify what happened.
+
+    Args:
+        spec: The trial spec (see :func:`autotune.target.run_trial`).
+        timeout: Wall-clock cap for the whole trial, s (> 0).
+        trial_number: Optuna trial number, exported to the trial as ``AUTOTUNE_TRIAL_NUMBER``.
+        expected_ranks: Rank reports a successful trial writes.
+        devices: Devices per node (for rank numbering before Lightning sets it).
+
+    Returns:
+        The :class:`TrialOutcome`. The temporary folder of the trial is removed.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"autotune-trial{trial_number}-") as tmp:
+        folder = Path(tmp)
+        spec_path = folder / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        env = _child_env({"AUTOTUNE_TRIAL_NUMBER": str(trial_number), "AUTOTUNE_DEVICES": str(devices)})
+        log_path = folder / "trial.log"
+        returncode, timed_out, wall, pgid = _run(["run", str(spec_path), str(folder)], log_path, timeout, env)
+        ranks = []
+        for path in sorted(folder.glob("rank*.json")):
+            try:
+                ranks.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        kind, reason = classify(returncode, timed_out, timeout, ranks, expected_ranks)
+        return TrialOutcome(
+            ok=kind is None,
+            fail_kind=kind,
+            fail_reason=reason,
+            ranks=ranks,
+            wall_seconds=wall,
+            log_tail=_tail(log_path) if kind else "",
+            process_group=pgid,
+        )
+
+
+def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+    """Run ``autotune.target inspect`` in a child process and return its report.
+
+    Raises:
+        UsageError: The model file, its classes or the config are unusable (message from the child).
+        AutotuneError: The child crashed or timed out; the message holds the end of its log.
+    """
+    with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as tmp:
+        folder = Path(tmp)
+        spec_path, out_path, log_path = folder / "spec.json", folder / "out.json", folder / "inspect.log"
+        spec_path.write_text(json.dumps(spec))
+        returncode, timed_out, _, _ = _run(["inspect", str(spec_path), str(out_path)], log_path, timeout, _child_env({}))
+        if timed_out:
+            raise AutotuneError(f"inspecting the model took longer than {timeout:g} s; log:\n{_tail(log_path)}")
+        try:
+            report = json.loads(out_path.read_text())
+        except (OSError, ValueError):
+            raise AutotuneError(f"inspecting the model failed (exit code {returncode}); log:\n{_tail(log_path)}") from None
+        if not report.get("ok"):
+            if report.get("usage"):
+                raise UsageError(report["message"])
+            raise AutotuneError(f"inspecting the model failed: {report['message']}\n{_tail(log_path)}")
+        return report

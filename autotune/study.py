@@ -1,0 +1,606 @@
+"""The study: storage, settings, the baseline, the trial loop, and the recommendation.
+
+The Optuna study is the single source of truth. Its user attribute ``autotune`` holds the settings
+the study was created with (model file, classes, space, objective, budget, hardware), so any later
+command (``search`` again to resume, ``show``, ``export``, ``dashboard``) needs only the storage
+and the study name. Each trial stores its config and measurements as user attributes, and a failed
+trial its ``fail_kind`` and ``fail_reason``. Nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from autotune.config import TrialConfig
+from autotune.errors import AutotuneError, BaselineFailedError, StorageError, StudyMismatchError, UsageError
+
+__all__ = [
+    "SearchOptions",
+    "SearchResult",
+    "Interrupted",
+    "default_study_name",
+    "default_storage",
+    "mask_url",
+    "open_storage",
+    "load_study",
+    "run_search",
+    "records_of",
+    "recommendation",
+    "export_study",
+    "ENV_STORAGE",
+]
+
+#: Environment variable read when ``--storage`` is not given.
+ENV_STORAGE = "AUTOTUNE_STORAGE"
+#: Study user attribute holding the settings.
+SETTINGS_ATTR = "autotune"
+#: Study user attribute holding the baseline's figures.
+BASELINE_ATTR = "baseline"
+#: Settings that must not change when a study is resumed.
+_FIXED_ON_RESUME = ("objective", "samples", "devices", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class")
+
+
+class Interrupted(AutotuneError):
+    """The user pressed Ctrl-C; ``resume`` is the command that continues the study."""
+
+    def __init__(self, resume: str):
+        super().__init__(f"interrupted; finished trials are kept. Resume with:\n  {resume}")
+        self.resume = resume
+
+
+@dataclass
+class SearchOptions:
+    """What ``autotune search`` was asked to do; ``None`` means "the study's value, else the default"."""
+
+    model_file: str
+    trials: int = 20
+    model_class: str | None = None
+    data_class: str | None = None
+    config_file: str | None = None
+    space_file: str | None = None
+    objective: str | None = None
+    loss_tolerance: float | None = None
+    monitor: str | None = None
+    mode: str | None = None
+    samples: int | None = None
+    trial_timeout: float | None = None
+    devices: int | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    out: str | None = None
+    seed: int | None = None
+
+
+DEFAULTS = {
+    "objective": "throughput",
+    "loss_tolerance": 0.05,
+    "monitor": "val_loss",
+    "mode": "min",
+    "samples": 8192,
+    "trial_timeout": 900.0,
+    "seed": 0,
+}
+
+
+@dataclass
+class SearchResult:
+    """What a search run ended with."""
+
+    study_name: str
+    storage: str
+    trials_run: int
+    recommended: Any  # optuna FrozenTrial or None
+    baseline: Any
+    export_path: Path | None
+
+
+def check_search_options(opts: SearchOptions) -> None:
+    """Validate the numeric and choice flags of a search.
+
+    Raises:
+        UsageError: ``--trials`` < 1, ``--samples`` < 1, ``--trial-timeout`` <= 0, ``--devices`` < 1,
+            an unknown ``--objective`` or ``--mode``, or ``--loss-tolerance`` outside ``[0, 1)``.
+    """
+    from autotune.objective import OBJECTIVES, validate_tolerance
+
+    if opts.trials < 1:
+        raise UsageError(f"--trials must be >= 1 (the number of trials this run adds), got {opts.trials}")
+    if opts.samples is not None and opts.samples < 1:
+        raise UsageError(f"--samples must be >= 1 (training samples per trial), got {opts.samples}")
+    if opts.trial_timeout is not None and not opts.trial_timeout > 0:
+        raise UsageError(f"--trial-timeout must be > 0 seconds, got {opts.trial_timeout}")
+    if opts.devices is not None and opts.devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {opts.devices}")
+    if opts.objective is not None and opts.objective not in OBJECTIVES:
+        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}")
+    if opts.mode is not None and opts.mode not in ("min", "max"):
+        raise UsageError(f"--mode must be 'min' or 'max', got {opts.mode!r}")
+    if opts.loss_tolerance is not None:
+        validate_tolerance(opts.loss_tolerance)
+
+
+def default_study_name(model_file: str | Path) -> str:
+    """The file's stem, or its folder's name for ``model.py`` (``examples/digits/model.py`` -> ``digits``)."""
+    path = Path(model_file).resolve()
+    return path.parent.name if path.stem == "model" else path.stem
+
+
+def default_storage(study_name: str) -> str:
+    """``sqlite:///studies/<name>.db``, relative to the working directory."""
+    return f"sqlite:///studies/{study_name}.db"
+
+
+def resolve_storage(storage: str | None, study_name: str) -> str:
+    """``--storage``, else ``$AUTOTUNE_STORAGE``, else :func:`default_storage`."""
+    return storage or os.environ.get(ENV_STORAGE) or default_storage(study_name)
+
+
+def mask_url(url: str) -> str:
+    """The storage URL with any password replaced by ``***``."""
+    if "://" not in url or "@" not in url:
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a SQLAlchemy URL: mask user:password@ by hand
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def open_storage(url: str, *, create: bool = True):
+    """An Optuna RDB storage for ``url``.
+
+    SQLite files get a 60 s lock timeout, and their folder is created when ``create``.
+
+    Raises:
+        StorageError: Unknown scheme or driver, unreachable server, or (``create=False``) a SQLite
+            file that does not exist. The message shows the URL without its password.
+    """
+    import optuna
+
+    path = _sqlite_path(url)
+    engine_kwargs: dict[str, Any] = {}
+    if path is not None:
+        if not create and not path.is_file():
+            raise StorageError(f"study database {str(path)!r} does not exist; run `autotune search` first or give --storage")
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    elif "://" not in url:
+        raise StorageError(f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db")
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
+        masked = mask_url(url)
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        detail = detail.replace(url, masked)
+        raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
+
+
+def _study_names(storage) -> list[str]:
+    import optuna
+
+    return [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def load_study(study_name: str | None, storage_url: str):
+    """Load an existing study and its settings.
+
+    Args:
+        study_name: Study name; ``None`` when the storage holds exactly one study.
+        storage_url: Storage URL.
+
+    Returns:
+        ``(study, settings)``.
+
+    Raises:
+        StorageError: The storage cannot be opened, or holds no such study (the message lists them).
+    """
+    import optuna
+
+    storage = open_storage(storage_url, create=False)
+    names = _study_names(storage)
+    if study_name is None:
+        if len(names) != 1:
+            raise StorageError(f"{mask_url(storage_url)} holds {len(names)} studies {names}; name one with --study-name")
+        study_name = names[0]
+    if study_name not in names:
+        raise StorageError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    settings = study.user_attrs.get(SETTINGS_ATTR)
+    if settings is None:
+        raise StorageError(f"study {study_name!r} was not made by autotune (it has no {SETTINGS_ATTR!r} settings)")
+    return study, settings
+
+
+def _make_sampler(settings: Mapping[str, Any], seed_offset: int):
+    import warnings
+
+    import optuna
+
+    def constraints(trial) -> list[float]:
+        return list(trial.user_attrs.get("constraint", [0.0]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=int(settings["seed"]) + seed_offset,
+            multivariate=True,
+            constraints_func=constraints,
+            n_startup_trials=5,
+        )
+
+
+def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:
+    if Path(settings["model_file"]) != model_file:
+        raise StudyMismatchError(
+            f"study {settings['study_name']!r} was made for {settings['model_file']!r}, not {str(model_file)!r}; "
+            "give another --study-name for a new study"
+        )
+    for key in _FIXED_ON_RESUME:
+        given = getattr(opts, key, None)
+        if key == "space_file" and given is not None:
+            from autotune.space import find_space
+
+            given = str(find_space(given).resolve())
+        if given is not None and given != settings.get(key):
+            raise StudyMismatchError(
+                f"study {settings['study_name']!r} was created with {key}={settings.get(key)!r}, not {given!r}; "
+                "drop the flag to resume it, or give another --study-name for a new study"
+            )
+
+
+def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> dict[str, Any]:
+    from autotune import __version__
+    from autotune.hardware import Hardware
+    from autotune.runner import inspect_process
+    from autotune.space import find_space, load_space, resolve_space
+
+    space_path = find_space(opts.space_file or "default").resolve()
+    space = load_space(space_path)  # validate before the slow inspection
+    config_file = str(Path(opts.config_file).resolve()) if opts.config_file else None
+    if config_file and not Path(config_file).is_file():
+        raise UsageError(f"config file {opts.config_file!r} does not exist")
+    ui.info(f"inspecting {model_file.name} in a trial process ...")
+    report = inspect_process({"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file})
+    hardware = Hardware.from_dict(report["hardware"])
+    devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
+    if devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {devices}")
+    if hardware.accelerator == "gpu" and devices > hardware.device_count:
+        raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
+    base = report["baseline"]
+    baseline = TrialConfig(
+        batch_size=int(base["batch_size"]),
+        precision=base["precision"],
+        accumulate_grad_batches=int(base["accumulate_grad_batches"]),
+        num_workers=int(base.get("num_workers") or 0),
+        lr=float(base["lr"]) if base.get("lr") is not None else None,
+        accelerator=hardware.accelerator,
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+    )
+    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in space}
+    resolved, notes = resolve_space(
+        space, baseline=baseline, hardware=hardware, applicable=applicable, explicit=opts.space_file is not None, source=str(space_path)
+    )
+    for note in notes:
+        ui.warn(note)
+    settings = {
+        "study_name": study_name,
+        "model_file": str(model_file),
+        "model_class": report["model_class"],
+        "data_class": report["data_class"],
+        "config_file": config_file,
+        "space_file": str(space_path),
+        "space": resolved,
+        "targets": report["targets"],
+        "baseline_config": baseline.to_dict(),
+        "hardware": hardware.to_dict(),
+        "autotune_version": __version__,
+        "devices": devices,
+        "monitor_explicit": opts.monitor is not None,
+    }
+    for key, default in DEFAULTS.items():
+        value = getattr(opts, key)
+        settings[key] = default if value is None else value
+    return settings
+
+
+def _measure_attrs(outcome, config: TrialConfig) -> dict[str, Any]:
+    from autotune.measure import merge_ranks
+
+    ranks = [r for r in outcome.ranks if r.get("ok")]
+    merged = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
+    attrs = {k: v for k, v in merged.items() if k != "metrics"}
+    attrs["metrics"] = merged["metrics"]
+    attrs["precision_ran"] = ranks[0].get("precision_ran")
+    attrs["lr_ran"] = ranks[0].get("lr_ran")
+    return attrs
+
+
+def _rank_attrs(outcome) -> list[dict[str, Any]]:
+    return [
+        {"rank": r.get("rank"), "config": r.get("config"), "first_batch_size": r.get("first_batch_size"), "ok": r.get("ok", False)}
+        for r in sorted(outcome.ranks, key=lambda r: r.get("rank", 0))
+    ]
+
+
+def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui) -> Any:
+    """Run one asked trial to its end and tell the study. Returns the frozen trial."""
+    import optuna
+
+    from autotune.objective import constraint_value, final_loss, objective_values
+    from autotune.runner import run_trial_process
+
+    trial.set_user_attr("config", config.to_dict())
+    trial.set_user_attr("effective_batch_size", config.effective_batch_size)
+    trial.set_user_attr("baseline", is_baseline)
+    ui.trial_started(trial.number, config, is_baseline)
+    spec = {
+        "model_file": settings["model_file"],
+        "model_class": settings["model_class"],
+        "data_class": settings["data_class"],
+        "config_file": settings["config_file"],
+        "targets": settings["targets"],
+        "config": config.to_dict(),
+        "samples": settings["samples"],
+        "seed": settings["seed"],
+    }
+    try:
+        outcome = run_trial_process(
+            spec,
+            timeout=float(settings["trial_timeout"]),
+            trial_number=trial.number,
+            expected_ranks=config.world_size,
+            devices=config.devices,
+        )
+    except KeyboardInterrupt:
+        trial.set_user_attr("fail_kind", "interrupted")
+        trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+    trial.set_user_attr("wall_seconds", outcome.wall_seconds)
+    trial.set_user_attr("process_group", outcome.process_group)
+    trial.set_user_attr("ranks", _rank_attrs(outcome))
+    kind, reason = outcome.fail_kind, outcome.fail_reason
+    values = None
+    if kind is None:
+        attrs = _measure_attrs(outcome, config)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        try:
+            loss, source = final_loss(attrs["metrics"], attrs["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
+        except UsageError as e:
+            kind, reason = "monitor_missing", str(e)
+        else:
+            trial.set_user_attr("loss", loss)
+            trial.set_user_attr("loss_source", source)
+            sps = attrs["samples_per_sec"]
+            if not math.isfinite(loss):
+                kind, reason = "nonfinite_loss", f"non-finite final {source} ({loss})"
+            elif not (math.isfinite(sps) and sps > 0):
+                kind, reason = "no_measurement", "no steady-state steps were measured; raise --samples"
+            else:
+                baseline = study.user_attrs.get(BASELINE_ATTR)
+                baseline_loss = loss if is_baseline else baseline["loss"]
+                constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
+                trial.set_user_attr("constraint", [constraint])
+                trial.set_user_attr("feasible", constraint <= 0)
+                values = objective_values(settings["objective"], sps, loss)
+    if kind is not None:
+        trial.set_user_attr("fail_kind", kind)
+        trial.set_user_attr("fail_reason", reason)
+        if outcome.log_tail:
+            trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(trial, values)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _resume_command(settings: Mapping[str, Any], storage_url: str, remaining: int) -> str:
+    model = os.path.relpath(settings["model_file"]) if not settings["model_file"].startswith("..") else settings["model_file"]
+    parts = ["autotune", "search", model, "--study-name", settings["study_name"], "--storage", mask_url(storage_url), "--trials", str(max(1, remaining))]
+    return shlex.join(parts)
+
+
+def run_search(opts: SearchOptions, ui) -> SearchResult:
+    """Create or resume a study and add ``opts.trials`` trials to it, then export the recommendation.
+
+    The first trial of a new study (or of a study whose baseline never completed) is the baseline:
+    the model's own config. If the baseline fails, the search stops with :class:`BaselineFailedError`
+    (its failed trial stays in the study).
+
+    Raises:
+        UsageError: Bad input (file, space, storage, flags, or settings that differ from the study's).
+        BaselineFailedError: The baseline trial failed.
+        Interrupted: Ctrl-C; the running trial is stored as failed, finished trials are kept.
+    """
+    import optuna
+
+    from autotune.loader import check_model_file
+    from autotune.objective import directions
+    from autotune.space import baseline_params, suggest_config
+
+    check_search_options(opts)
+    model_file = check_model_file(opts.model_file)
+    study_name = opts.study_name or default_study_name(model_file)
+    storage_url = resolve_storage(opts.storage, study_name)
+    storage = open_storage(storage_url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if study_name in _study_names(storage):
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        settings = study.user_attrs.get(SETTINGS_ATTR)
+        if settings is None:
+            raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
+        _check_resume(settings, opts, model_file)
+        if opts.trial_timeout is not None:
+            settings = {**settings, "trial_timeout": opts.trial_timeout}
+        ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
+    else:
+        settings = _create_settings(opts, model_file, study_name, ui)
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            directions=directions(settings["objective"], settings["mode"]),
+        )
+        study.set_user_attr(SETTINGS_ATTR, settings)
+        if settings["objective"] == "pareto":
+            study.set_metric_names(["samples_per_sec", settings["monitor"]])
+        else:
+            study.set_metric_names(["samples_per_sec"])
+        ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
+    study.sampler = _make_sampler(settings, len(study.trials))
+    resolved = settings["space"]
+    baseline_config = TrialConfig.from_dict(settings["baseline_config"])
+    ui.search_started(settings, opts.trials)
+    ran = 0
+    try:
+        while ran < opts.trials:
+            is_baseline = study.user_attrs.get(BASELINE_ATTR) is None
+            if is_baseline:
+                study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
+            trial = study.ask()
+            config = suggest_config(trial, resolved, baseline_config)
+            frozen = _run_one(study, trial, config, settings, is_baseline, ui)
+            ran += 1
+            if is_baseline:
+                if frozen.state != optuna.trial.TrialState.COMPLETE:
+                    raise BaselineFailedError(
+                        f"the baseline trial {frozen.number} (the model's own config) failed: {frozen.user_attrs.get('fail_reason')}; "
+                        "fix the model so its defaults train, then run the same command again"
+                    )
+                study.set_user_attr(
+                    BASELINE_ATTR,
+                    {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
+                )
+    except KeyboardInterrupt:
+        raise Interrupted(_resume_command(settings, storage_url, opts.trials - ran)) from None
+    recommended, baseline = recommendation(study, settings)
+    export_path = None
+    if recommended is not None:
+        export_path = Path(opts.out) if opts.out else default_export_path(storage_url, study_name)
+        export_study(study, settings, recommended, baseline, export_path, storage_url)
+        _save_note(study, settings, recommended, baseline, export_path, ui)
+    return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def default_export_path(storage_url: str, study_name: str) -> Path:
+    """``<folder of the SQLite file>/<name>.best.yaml``, or ``studies/<name>.best.yaml``."""
+    path = _sqlite_path(storage_url)
+    folder = path.parent if path is not None else Path("studies")
+    return folder / f"{study_name}.best.yaml"
+
+
+def records_of(study) -> list:
+    """:class:`~autotune.objective.TrialRecord` of every trial of a study."""
+    import optuna
+
+    from autotune.objective import TrialRecord
+
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        out.append(
+            TrialRecord(
+                number=t.number,
+                complete=t.state == optuna.trial.TrialState.COMPLETE,
+                samples_per_sec=float(attrs.get("samples_per_sec", math.nan)),
+                loss=float(attrs.get("loss", math.nan)),
+                baseline=bool(attrs.get("baseline", False)),
+            )
+        )
+    return out
+
+
+def recommendation(study, settings: Mapping[str, Any]):
+    """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``)."""
+    from autotune.objective import recommend
+
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return None, None
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    baseline = trials.get(baseline_info["trial"])
+    best = recommend(records_of(study), baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+    return (trials[best.number] if best else None), baseline
+
+
+def _versions() -> str:
+    import importlib.metadata as md
+
+    parts = []
+    for name in ("torch", "lightning", "optuna", "autotune"):
+        try:
+            parts.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            continue
+    return ", ".join(parts)
+
+
+def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path, storage_url: str) -> Path:
+    """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
+    from autotune.export import lightning_cli_config, render_yaml
+    from autotune.hardware import Hardware
+    from autotune.loader import read_user_config
+
+    config = TrialConfig.from_dict(trial.user_attrs["config"])
+    user_config = read_user_config(settings["config_file"]) if settings.get("config_file") and Path(settings["config_file"]).is_file() else None
+    doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None)
+    sps, loss = trial.user_attrs["samples_per_sec"], trial.user_attrs["loss"]
+    b_sps, b_loss = baseline.user_attrs["samples_per_sec"], baseline.user_attrs["loss"]
+    source = trial.user_attrs.get("loss_source", settings["monitor"])
+    header = [
+        "autotune recommendation (LightningCLI config)",
+        f"study: {settings['study_name']} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
+        f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
+        f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
+        f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}",
+        f"versions: {_versions()}",
+        f"run: python train.py fit --config {out.name}",
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_yaml(doc, header, notes))
+    return out
+
+
+def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
+    """Save the recommendation as the study's note in optuna-dashboard (best effort)."""
+    try:
+        from optuna_dashboard import save_note
+    except ImportError:  # pragma: no cover - optuna-dashboard is a dependency
+        return
+    config = trial.user_attrs["config"]
+    sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+    rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in config.items())
+    note = (
+        f"## autotune recommendation: trial {trial.number}\n\n"
+        f"**{sps:,.0f} samples/s**, {sps / b_sps:.2f}x the baseline (trial {baseline.number}, {b_sps:,.0f} samples/s); "
+        f"{trial.user_attrs.get('loss_source')} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
+        f"(tolerance {settings['loss_tolerance']:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
+        f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
+    )
+    try:
+        save_note(study, note)
+    except Exception as e:  # the note is a convenience; the export already succeeded
+        ui.warn(f"could not save the dashboard note: {e}")

@@ -1,0 +1,286 @@
+"""The trial process: the only place that imports the user's model file and builds a Trainer.
+
+Run as ``python -m autotune.target inspect SPEC OUT`` or ``python -m autotune.target run SPEC DIR``.
+The CLI process starts it in a process group of its own (see :mod:`autotune.runner`). For a
+multi-device trial, Lightning's DDP launcher re-executes this same command line once per extra rank,
+so every rank reads the same ``SPEC`` file and runs the same config: no rank ever talks to the study.
+
+``inspect`` probes the hardware, imports the model file, finds its classes and where each knob can
+be applied, and reads the baseline values; it writes one JSON object to ``OUT``.
+
+``run`` trains one trial for its sample budget and writes ``DIR/rank<R>.json`` for each rank: what
+the rank measured (see :mod:`autotune.measure`), what config it saw, or why it failed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.config import TrialConfig
+from autotune.errors import UsageError
+
+__all__ = ["inspect_model", "run_trial", "main", "trainer_kwargs", "total_batches"]
+
+#: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are ignored.
+_OWNED_TRAINER_KEYS = {
+    "accelerator", "devices", "strategy", "num_nodes", "precision", "accumulate_grad_batches",
+    "max_steps", "max_epochs", "min_steps", "min_epochs", "max_time", "limit_train_batches",
+    "limit_val_batches", "num_sanity_val_steps", "val_check_interval", "check_val_every_n_epoch",
+    "callbacks", "logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
+    "default_root_dir", "fast_dev_run", "profiler", "plugins",
+}
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
+    """Optimizer steps and training batches per device that cover a budget of ``samples``.
+
+    Args:
+        config: The trial's config.
+        samples: Training samples to process in total, over all devices (>= 1).
+
+    Returns:
+        ``(max_steps, batches)``: ``max_steps = ceil(samples / effective_batch_size)`` optimizer
+        steps, each of ``accumulate_grad_batches`` batches per device.
+    """
+    steps = max(1, math.ceil(samples / config.effective_batch_size))
+    return steps, steps * config.accumulate_grad_batches
+
+
+def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str) -> dict[str, Any]:
+    """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's."""
+    kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS}
+    max_steps, _ = total_batches(config, samples)
+    kwargs.update(
+        accelerator=config.accelerator,
+        devices=config.devices,
+        strategy=config.strategy,
+        num_nodes=config.num_nodes,
+        precision=config.precision,
+        accumulate_grad_batches=config.accumulate_grad_batches,
+        max_steps=max_steps,
+        max_epochs=-1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root_dir,
+    )
+    return kwargs
+
+
+def _load(spec: Mapping[str, Any]):
+    from autotune.loader import find_classes, load_user_module, read_user_config
+
+    module = load_user_module(spec["model_file"])
+    model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
+    return model_cls, data_cls, read_user_config(spec.get("config_file"))
+
+
+def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Probe hardware and model (child process only).
+
+    Args:
+        spec: ``model_file``, optional ``model_class``, ``data_class``, ``config_file``.
+
+    Returns:
+        ``hardware`` (dict), ``model_class``, ``data_class`` (or ``None``), ``targets`` (knob to
+        :class:`~autotune.loader.KnobTarget` dict), ``baseline`` (knob values of the model's own
+        config: ``batch_size``, ``num_workers``, ``lr``, ``precision``, ``accumulate_grad_batches``),
+        ``init_args`` (``{"model": [...], "data": [...]}``).
+
+    Raises:
+        UsageError: The model file or config is unusable, or the batch size cannot be applied.
+    """
+    from autotune.hardware import probe_hardware
+    from autotune.loader import _init_params, build_objects, locate_knobs, read_knob
+
+    hardware = probe_hardware()
+    model_cls, data_cls, user_config = _load(spec)
+    model, datamodule = build_objects(model_cls, data_cls, user_config, {}, {})
+    targets = locate_knobs(model_cls, data_cls, model, datamodule)
+    if "batch_size" not in targets:
+        raise UsageError(
+            f"{spec['model_file']}: autotune cannot set the batch size: give {data_cls.__name__ if data_cls else model_cls.__name__} "
+            "a constructor argument `batch_size` that its train_dataloader() uses"
+        )
+    baseline: dict[str, Any] = {}
+    for knob, target in targets.items():
+        section = user_config["model" if target.owner == "model" else "data"]
+        value = section.get(target.name) if target.how == "init" and target.name in section else read_knob(target, model, datamodule)
+        baseline[knob] = value
+    trainer_cfg = user_config["trainer"]
+    baseline["precision"] = _canonical_precision(trainer_cfg.get("precision", "32-true"))
+    baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches", 1))
+    if baseline.get("num_workers") is None:
+        baseline["num_workers"] = 0
+    return {
+        "hardware": hardware.to_dict(),
+        "model_class": model_cls.__name__,
+        "data_class": data_cls.__name__ if data_cls else None,
+        "targets": {k: t.to_dict() for k, t in targets.items()},
+        "baseline": baseline,
+        "init_args": {
+            "model": [p for p in _init_params(model_cls) if p != "self"],
+            "data": [p for p in _init_params(data_cls) if p != "self"] if data_cls else [],
+        },
+    }
+
+
+def _canonical_precision(value: Any) -> str:
+    aliases = {"32": "32-true", 32: "32-true", "16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed", "64": "64-true", 64: "64-true"}
+    return aliases.get(value, str(value))
+
+
+def _global_rank() -> int:
+    return int(os.environ.get("NODE_RANK", 0)) * int(os.environ.get("AUTOTUNE_DEVICES", 1)) + int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _classify(error: BaseException) -> tuple[str, str]:
+    from autotune.measure import TrialFault
+
+    if isinstance(error, TrialFault):
+        return error.kind, str(error)
+    try:
+        from lightning.pytorch.utilities.memory import is_oom_error
+
+        oom = is_oom_error(error)
+    except ImportError:  # pragma: no cover
+        oom = False
+    import torch
+
+    if oom or isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+        return "oom", f"out of memory: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = ""
+    for frame in reversed(frames):
+        if "site-packages" not in frame.filename and "/autotune/" not in frame.filename.replace(os.sep, "/"):
+            where = f" at {Path(frame.filename).name}:{frame.lineno}"
+            break
+    message = str(error).splitlines()[0] if str(error) else ""
+    return "exception", f"exception in user code: {type(error).__name__}: {message}{where}"
+
+
+def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
+    """Train one trial on this rank and write ``out_dir/rank<R>.json``. Returns the exit code."""
+    rank = _global_rank()
+    result: dict[str, Any] = {"rank": rank, "ok": False}
+    out_path = out_dir / f"rank{rank}.json"
+    try:
+        _quiet()
+        import torch
+        import lightning.pytorch as pl
+
+        from autotune.hardware import available_cpu_count
+        from autotune.loader import KnobTarget, build_objects
+        from autotune.measure import MeasureCallback, TrialFault, peak_rss_gib, summarize
+
+        config = TrialConfig.from_dict(spec["config"])
+        result["config"] = config.to_dict()
+        if config.accelerator == "cpu":
+            torch.set_num_threads(max(1, available_cpu_count() // config.devices))
+        pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
+        model_cls, data_cls, user_config = _load(spec)
+        targets = {k: KnobTarget(**t) for k, t in spec["targets"].items()}
+        values = {k: getattr(config, k) for k in targets}
+        model, datamodule = build_objects(model_cls, data_cls, user_config, targets, values)
+        _, batches = total_batches(config, int(spec["samples"]))
+        callback = MeasureCallback(
+            batch_size=config.batch_size,
+            num_workers=config.num_workers if "num_workers" in targets else None,
+            total_batches=batches,
+            accumulate_grad_batches=config.accumulate_grad_batches,
+        )
+        kwargs = trainer_kwargs(config, int(spec["samples"]), user_config["trainer"], str(out_dir))
+        trainer = pl.Trainer(callbacks=[callback], **kwargs)
+        result["precision_ran"] = str(trainer.precision)
+        if str(trainer.precision) != config.precision:
+            raise TrialFault("precision_not_applied", f"precision not applied: asked for {config.precision!r}, Lightning ran {trainer.precision!r}")
+        trainer.fit(model, datamodule=datamodule)
+        rank = trainer.global_rank  # known for certain once the launcher has set up the ranks
+        out_path = out_dir / f"rank{rank}.json"
+        result["rank"] = rank
+        record = callback.record()
+        result.update(summarize(record))
+        result["lr_ran"] = record["lr_ran"]
+        result["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
+        if _has_validation(model, datamodule):
+            trainer.limit_val_batches = spec.get("limit_val_batches", 1.0)
+            trainer.validate(model, datamodule=datamodule, verbose=False)
+        result["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+        if config.accelerator == "gpu" and torch.cuda.is_available():
+            result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            result["peak_memory_kind"] = "cuda_max_allocated"
+        else:
+            result["peak_memory_gib"] = peak_rss_gib()
+            result["peak_memory_kind"] = "cpu_rss"
+        result["ok"] = True
+        code = 0
+    except BaseException as e:  # a failed trial is data: classify and store it
+        if isinstance(e, UsageError):
+            kind, message = "usage", str(e)
+        elif isinstance(e, KeyboardInterrupt):
+            kind, message = "interrupted", "interrupted"
+        else:
+            kind, message = _classify(e)
+        result["error"] = {"kind": kind, "message": message}
+        traceback.print_exc()
+        code = 1
+    out_path.write_text(json.dumps(result, default=_json_default))
+    return code
+
+
+def _json_default(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _has_validation(model: Any, datamodule: Any) -> bool:
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    if not is_overridden("validation_step", model):
+        return False
+    return is_overridden("val_dataloader", model) or (datamodule is not None and is_overridden("val_dataloader", datamodule))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3 or argv[0] not in ("inspect", "run"):
+        print("usage: python -m autotune.target {inspect SPEC OUT | run SPEC DIR}", file=sys.stderr)
+        return 2
+    command, spec_path, out = argv
+    spec = json.loads(Path(spec_path).read_text())
+    if command == "run":
+        return run_trial(spec, Path(out))
+    try:
+        _quiet()
+        payload = {"ok": True, **inspect_model(spec)}
+        code = 0
+    except UsageError as e:
+        payload, code = {"ok": False, "usage": True, "message": str(e)}, 2
+    except Exception as e:
+        traceback.print_exc()
+        payload, code = {"ok": False, "usage": False, "message": f"{type(e).__name__}: {e}"}, 1
+    Path(out).write_text(json.dumps(payload, default=_json_default))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
