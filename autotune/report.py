@@ -94,9 +94,14 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
 
 
 def _console(stderr: bool = False):
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # CI logs and pipes get wide, plain lines instead of rich's default 80 columns
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 class ConsoleUI:
