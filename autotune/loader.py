@@ -117,14 +117,14 @@ def _lightning_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
     return tuple(modules), tuple(datas)
 
 
-def _candidates(module: ModuleType, bases: tuple[type, ...]) -> list[type]:
+def _candidates(module: ModuleType, bases: tuple[type, ...], allow_imported: bool = True) -> list[type]:
     found = [
         obj
         for obj in vars(module).values()
         if inspect.isclass(obj) and issubclass(obj, bases) and obj not in bases and not inspect.isabstract(obj)
     ]
     defined = [c for c in found if c.__module__ == module.__name__]
-    return defined or found
+    return defined or (found if allow_imported else [])
 
 
 def _choose(kind: str, flag: str, candidates: list[type], name: str | None, path: str) -> type | None:
@@ -142,7 +142,8 @@ def _choose(kind: str, flag: str, candidates: list[type], name: str | None, path
 def find_classes(module: ModuleType, model_name: str | None = None, data_name: str | None = None) -> tuple[type, type | None]:
     """The LightningModule and LightningDataModule classes of a user module.
 
-    Classes defined in the module are preferred; classes it only imports count when it defines none.
+    Classes defined in the module are preferred; classes it only imports count when it defines none
+    (an imported DataModule only when the LightningModule has no ``train_dataloader`` of its own).
 
     Returns:
         ``(model_class, datamodule_class_or_None)``.
@@ -155,7 +156,10 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
     model_cls = _choose("LightningModule", "--model", _candidates(module, module_bases), model_name, path)
     if model_cls is None:
         raise ModelFileError(f"{path}: defines no LightningModule subclass (lightning.pytorch or pytorch_lightning)")
-    data_cls = _choose("LightningDataModule", "--data", _candidates(module, data_bases), data_name, path)
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    own_loaders = is_overridden("train_dataloader", model_cls, parent=module_bases[0])
+    data_cls = _choose("LightningDataModule", "--data", _candidates(module, data_bases, data_name is not None or not own_loaders), data_name, path)
     return model_cls, data_cls
 
 

@@ -444,8 +444,13 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     model_file = check_model_file(opts.model_file)
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
-    storage = open_storage(storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sqlite_path = _sqlite_path(storage_url)
+    settings = None
+    if sqlite_path is not None and not sqlite_path.exists():
+        # a new database: check the model before creating any file, so bad input leaves nothing behind
+        settings = _create_settings(opts, model_file, study_name, ui)
+    storage = open_storage(storage_url)
     if study_name in _study_names(storage):
         study = optuna.load_study(study_name=study_name, storage=storage)
         settings = study.user_attrs.get(SETTINGS_ATTR)
@@ -456,7 +461,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             settings = {**settings, "trial_timeout": opts.trial_timeout}
         ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
     else:
-        settings = _create_settings(opts, model_file, study_name, ui)
+        settings = settings or _create_settings(opts, model_file, study_name, ui)
         study = optuna.create_study(
             study_name=study_name,
             storage=storage,

@@ -1,0 +1,4 @@
+import torch
+
+class NotAModel(torch.nn.Module):
+    pass

@@ -1,0 +1,4 @@
+import lightning.pytorch as pl
+
+class Broken(pl.LightningModule:
+    pass

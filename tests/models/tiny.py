@@ -1,0 +1,68 @@
+"""A tiny regression model for tests, with faults injected per trial.
+
+``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
+trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
+``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
+"""
+
+import os
+import signal
+import time
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+FAULTS = dict(item.split(":") for item in os.environ.get("TINY_FAULTS", "").split(",") if item)
+FAULT = FAULTS.get(os.environ.get("AUTOTUNE_TRIAL_NUMBER", "0"), "")
+
+
+class TinyData(pl.LightningDataModule):
+    def __init__(self, batch_size: int = 16, num_workers: int = 0):
+        super().__init__()
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(512, 8, generator=g)
+        y = x @ torch.arange(8.0).unsqueeze(1) / 8
+        self.train_set, self.val_set = TensorDataset(x[:448], y[:448]), TensorDataset(x[448:], y[448:])
+
+    def train_dataloader(self):
+        size = 16 if os.environ.get("TINY_IGNORE_BATCH") else self.batch_size
+        return DataLoader(self.train_set, batch_size=size, shuffle=True, num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=64)
+
+
+class TinyModel(pl.LightningModule):
+    def __init__(self, lr: float = 0.05):
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        if FAULT == "raise" and batch_idx == 2:
+            raise ValueError("boom from the user's training_step")
+        if FAULT == "nan" and batch_idx == 3:
+            loss = loss * float("nan")
+        if FAULT == "kill" and batch_idx == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if FAULT == "hang" and batch_idx == 2:
+            time.sleep(3600)
+        if FAULT == "oom" and batch_idx == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if FAULT == "oom_runtime" and batch_idx == 1:
+            raise RuntimeError("CUDA error: out of memory")
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)

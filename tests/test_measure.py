@@ -1,0 +1,62 @@
+import math
+
+import pytest
+import torch
+
+from autotune.measure import batch_length, merge_ranks, summarize, warmup_batches
+
+
+@pytest.mark.parametrize("total, accumulate, expected", [(0, 1, 0), (3, 1, 0), (5, 1, 2), (100, 1, 10), (100, 4, 12), (8, 4, 4)])
+def test_warmup_batches(total, accumulate, expected):
+    w = warmup_batches(total, accumulate)
+    assert w == expected
+    assert w % accumulate == 0 and (total - w >= 3 or w == 0)
+
+
+def test_batch_length_handles_nested_batches():
+    assert batch_length(torch.zeros(7, 3)) == 7
+    assert batch_length((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_length({"x": [torch.zeros(4, 1)], "y": torch.zeros(4)}) == 4
+    assert batch_length(["no tensors"]) is None
+
+
+def _record(n=20, warmup=4, interval=0.01, wait=0.002, size=32, world=1):
+    return {
+        "intervals": [0.5] * warmup + [interval] * (n - warmup),
+        "waits": [0.1] * warmup + [wait] * (n - warmup),
+        "sizes": [size] * n,
+        "losses": [float(n - i) for i in range(n)],
+        "warmup": warmup,
+        "window_seconds": None,
+        "world_size": world,
+    }
+
+
+def test_summarize_excludes_warmup():
+    s = summarize(_record())
+    assert s["samples"] == 16 * 32
+    assert s["seconds"] == pytest.approx(0.16)
+    assert s["samples"] / s["seconds"] == pytest.approx(3200)
+    assert s["step_time_median"] == pytest.approx(0.01)
+    assert s["data_wait_fraction"] == pytest.approx(0.2)
+    assert s["loss_curve"][0] == [32, 20.0] and s["loss_curve"][-1] == [640, 1.0]
+    assert s["train_loss_final"] == pytest.approx(1.5)  # mean of the last tenth (2 points)
+
+
+def test_summarize_uses_the_synchronised_window_when_given():
+    record = _record()
+    record["window_seconds"] = 0.32
+    assert summarize(record)["seconds"] == 0.32
+
+
+def test_merge_ranks_uses_the_slowest_rank():
+    fast = {**summarize(_record(world=2)), "rank": 0, "peak_memory_gib": 1.0, "metrics": {"val_loss": 0.4}}
+    slow = {**summarize(_record(interval=0.02, world=2)), "rank": 1, "peak_memory_gib": 1.5, "metrics": {"val_loss": 0.6}}
+    merged = merge_ranks([fast, slow], "cpu_rss")
+    assert merged["samples_per_sec"] == pytest.approx(2 * 16 * 32 / 0.32)
+    assert merged["device/samples_per_sec"] == pytest.approx(merged["samples_per_sec"] / 2)
+    assert merged["metrics"]["val_loss"] == pytest.approx(0.5)
+    assert merged["peak_memory_gib"] == 2.5
+    assert merge_ranks([fast, slow], "cuda_max_allocated")["peak_memory_gib"] == 1.5
+    assert merged["loss_curve"][0] == [64, 20.0]  # global samples: 32 per rank x 2 ranks
+    assert not math.isnan(merged["step_time_p90"])

@@ -1,0 +1,194 @@
+"""End-to-end: the console entry point runs real Lightning trials into a real SQLite study."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from conftest import EXAMPLES, MODELS, ROOT, load, run_cli
+
+pytestmark = pytest.mark.slow
+MEASURED = ("samples_per_sec", "device/samples_per_sec", "step_time_median", "step_time_p90", "data_wait_fraction",
+            "peak_memory_gib", "loss_curve", "loss", "effective_batch_size", "precision_ran", "config")
+
+
+def _group_alive(pgid):
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
+    db = tmp_path / "d.db"
+    out = tmp_path / "best.yaml"
+    args = ["search", EXAMPLES / "digits" / "model.py", "--trials", 3, "--samples", 2048, "--storage", f"sqlite:///{db}", "--out", out]
+    r = cli(*args, check_rc=0)
+    assert "trial 0 (baseline)" in r.stdout and "recommended: trial" in r.stdout
+    study = load(db, "digits")
+    assert len(study.trials) == 3
+    baseline = study.trials[0]
+    assert baseline.user_attrs["baseline"] is True
+    assert baseline.params == {"batch_size": 32, "precision": "32-true", "accumulate_grad_batches": 1, "num_workers": 0, "lr": 0.001}
+    for t in study.trials:
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert all(k in t.user_attrs for k in MEASURED), t.user_attrs.keys()
+            assert t.values[0] == t.user_attrs["samples_per_sec"] > 0
+            assert t.user_attrs["precision_ran"] == t.params["precision"]
+            assert t.user_attrs["loss_source"] == "val_loss"
+            assert t.user_attrs["ranks"][0]["first_batch_size"] == t.params["batch_size"]
+        else:
+            assert t.user_attrs["fail_reason"]
+    settings = study.user_attrs["autotune"]
+    assert settings["samples"] == 2048 and "16-mixed" not in settings["space"]["precision"]["choices"]
+
+    # the export is what LightningCLI runs, and each object receives exactly the exported values
+    exported = yaml.safe_load(out.read_text())
+    assert out.read_text().startswith("# autotune recommendation")
+    check = (
+        "import sys, json; sys.path.insert(0, sys.argv[2]);"
+        "from lightning.pytorch.cli import LightningCLI; from model import DigitsClassifier, DigitsDataModule;"
+        "cli = LightningCLI(DigitsClassifier, DigitsDataModule, run=False, args=['--config', sys.argv[1]]);"
+        "t = cli.trainer; print(json.dumps({'precision': t.precision, 'accumulate_grad_batches': t.accumulate_grad_batches,"
+        "'devices': t.num_devices, 'lr': cli.model.hparams.lr, 'batch_size': cli.datamodule.batch_size, 'num_workers': cli.datamodule.num_workers}))"
+    )
+    got = subprocess.run([sys.executable, "-c", check, out, EXAMPLES / "digits"], capture_output=True, text=True, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    received = json.loads(got.stdout.strip().splitlines()[-1])
+    assert received == {
+        "precision": exported["trainer"]["precision"],
+        "accumulate_grad_batches": exported["trainer"]["accumulate_grad_batches"],
+        "devices": exported["trainer"]["devices"],
+        "lr": exported["model"]["lr"],
+        "batch_size": exported["data"]["batch_size"],
+        "num_workers": exported["data"]["num_workers"],
+    }
+    fit = subprocess.run([sys.executable, EXAMPLES / "digits" / "train.py", "fit", "--config", out, "--trainer.max_steps", "3"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+
+    # resume adds trials; nothing is deleted
+    cli(*args[:3], "--trials", 1, "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    assert len(load(db, "digits").trials) == 4
+    r = cli(*args[:3], "--trials", 1, "--storage", f"sqlite:///{db}", "--objective", "pareto", check_rc=2)
+    assert "created with objective='throughput'" in r.stderr and len(load(db, "digits").trials) == 4
+
+    rows = json.loads(cli("show", db, "--format", "json", check_rc=0).stdout)
+    assert [row["number"] for row in rows] == [0, 1, 2, 3] and sum("recommended" in row["note"] for row in rows) == 1
+    out2 = tmp_path / "again.yaml"
+    cli("export", db, "--out", out2, check_rc=0)
+    assert yaml.safe_load(out2.read_text()) == yaml.safe_load(out.read_text())
+
+
+def test_two_rank_ddp_trials_share_one_config(tmp_path, cli):
+    db = tmp_path / "ddp.db"
+    cli("search", MODELS / "tiny.py", "--trials", 2, "--devices", 2, "--samples", 512, "--storage", f"sqlite:///{db}", check_rc=0)
+    study = load(db, "tiny")
+    assert len(study.trials) == 2
+    for t in study.trials:
+        assert t.state == optuna.trial.TrialState.COMPLETE, t.user_attrs.get("fail_reason")
+        ranks = t.user_attrs["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["config"] == t.user_attrs["config"] for r in ranks)
+        assert t.user_attrs["config"]["devices"] == 2 and t.user_attrs["config"]["strategy"] == "ddp"
+        assert all(r["first_batch_size"] == t.params["batch_size"] for r in ranks)
+        assert t.user_attrs["effective_batch_size"] == 2 * t.params["batch_size"] * t.params["accumulate_grad_batches"]
+
+
+def test_faults_fail_their_trial_with_a_reason_and_the_study_goes_on(tmp_path, cli):
+    db = tmp_path / "faults.db"
+    env = {"TINY_FAULTS": "1:raise,2:nan,3:kill,4:hang,5:oom,6:oom_runtime"}
+    cli("search", MODELS / "tiny.py", "--trials", 8, "--samples", 1024, "--trial-timeout", 25,
+        "--storage", f"sqlite:///{db}", env=env, check_rc=0)
+    trials = load(db, "tiny").trials
+    assert len(trials) == 8
+    kinds = {t.number: t.user_attrs.get("fail_kind") for t in trials}
+    assert kinds == {0: None, 1: "exception", 2: "nonfinite_loss", 3: "killed", 4: "timeout", 5: "oom", 6: "oom", 7: None}
+    reasons = {t.number: t.user_attrs.get("fail_reason", "") for t in trials}
+    assert "ValueError: boom from the user's training_step at tiny.py:" in reasons[1]
+    assert "non-finite loss" in reasons[2] and "SIGKILL" in reasons[3] and "--trial-timeout" in reasons[4]
+    assert reasons[5].startswith("out of memory") and reasons[6].startswith("out of memory")
+    assert trials[7].state == optuna.trial.TrialState.COMPLETE
+    assert not _group_alive(trials[4].user_attrs["process_group"])  # the hung trial left no process behind
+
+
+def test_batch_size_not_applied_fails_the_trial(tmp_path):
+    from autotune.runner import inspect_process, run_trial_process
+
+    report = inspect_process({"model_file": str(MODELS / "tiny.py")})
+    os.environ["TINY_IGNORE_BATCH"] = "1"
+    try:
+        spec = {"model_file": str(MODELS / "tiny.py"), "targets": report["targets"], "samples": 256, "seed": 0,
+                "config": {"batch_size": 32, "lr": 0.05}}
+        outcome = run_trial_process(spec, timeout=120, trial_number=1, expected_ranks=1, devices=1)
+    finally:
+        del os.environ["TINY_IGNORE_BATCH"]
+    assert outcome.fail_kind == "batch_size_not_applied"
+    assert outcome.fail_reason == "batch_size not applied: the first training batch had 16 samples, the trial asked for 32"
+
+
+def test_pareto_objective(tmp_path, cli):
+    db = tmp_path / "p.db"
+    cli("search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--objective", "pareto", "--storage", f"sqlite:///{db}",
+        "--out", tmp_path / "p.yaml", check_rc=0)
+    study = load(db, "tiny")
+    assert len(study.directions) == 2 and study.metric_names == ["samples_per_sec", "val_loss"]
+    assert all(len(t.values) == 2 for t in study.trials if t.state.name == "COMPLETE")
+    assert (tmp_path / "p.yaml").is_file()
+
+
+def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
+    db = tmp_path / "int.db"
+    env = {**os.environ, "TINY_FAULTS": "1:hang"}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", MODELS / "tiny.py", "--trials", 3, "--samples", 512,
+                             "--storage", f"sqlite:///{db}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        if db.exists() and any(t.state.name == "RUNNING" and t.number == 1 for t in load(db, "tiny").trials):
+            break
+    time.sleep(5)  # let trial 1 reach its hang
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Resume with:" in err and "autotune search" in err and "--trials 2" in err
+    trials = load(db, "tiny").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
+    assert trials[1].user_attrs["fail_kind"] == "interrupted"
+    assert not _group_alive(trials[1].user_attrs.get("process_group", -1)) if "process_group" in trials[1].user_attrs else True
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["search", "missing.py"], "model file 'missing.py' does not exist"),
+        (["search", ROOT / "pyproject.toml"], "is not a Python file"),
+        (["search", MODELS / "syntax_error.py"], "syntax_error.py:3: syntax error"),
+        (["search", MODELS / "no_module.py"], "defines no LightningModule subclass"),
+        (["search", MODELS / "two_modules.py"], "several LightningModule classes ['First', 'Second']; choose one with --model"),
+        (["search", MODELS / "tiny.py", "--trials", 0], "--trials must be >= 1"),
+        (["search", MODELS / "tiny.py", "--storage", "nosuchdb://x/y"], "cannot open storage 'nosuchdb://x/y'"),
+        (["search", MODELS / "tiny.py", "--space", "bad_space.yaml"], "bad_space.yaml: unknown knob 'batchsize'"),
+        (["search", MODELS / "tiny.py", "--loss-tolerance", 2], "--loss-tolerance must be in [0, 1)"),
+        (["dashboard", "studies/none.db"], "study database 'studies/none.db' does not exist"),
+        (["show", "nostudy"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
+    (tmp_path / "bad_space.yaml").write_text("batchsize:\n  choices: [8]\n")
+    r = cli(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("studies/*.db"))  # nothing created for bad input

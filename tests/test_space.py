@@ -1,0 +1,108 @@
+import pytest
+
+from autotune.config import TrialConfig
+from autotune.errors import SpaceError
+from autotune.hardware import Hardware
+from autotune.space import distributions, find_space, load_space, parse_space, resolve_space, suggest_config
+
+CPU = Hardware("cpu", 0, "cpu", 2, True, 16.0)
+GPU_NO_BF16 = Hardware("gpu", 4, "Tesla V100", 32, False, 32.0)
+ALL = {k: True for k in ("batch_size", "precision", "accumulate_grad_batches", "num_workers", "lr")}
+
+
+def test_default_space_is_valid_and_has_the_five_knobs():
+    space = load_space(find_space("default"))
+    assert set(space) == set(ALL)
+    assert space["lr"].relative and space["lr"].log
+    assert space["num_workers"].high == "auto"
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"batchsize": {"choices": [1]}}, r"unknown knob 'batchsize'; known knobs: \['accumulate_grad_batches'"),
+        ({"batch_size": {"choices": []}}, r"batch_size.choices must be a non-empty list"),
+        ({"batch_size": {"choices": [0, 8]}}, r"batch_size.choices: 0 is below the minimum 1"),
+        ({"batch_size": {"choices": ["big"]}}, r"batch_size.choices must be an integer, got 'big'"),
+        ({"batch_size": {"low": 64, "high": 8}}, r"low 64 is greater than high 8"),
+        ({"batch_size": {"low": 8}}, r"needs 'choices', or both 'low' and 'high'"),
+        ({"batch_size": {"choices": [8], "low": 1}}, r"has 'choices' and also"),
+        ({"batch_size": {"choices": [8], "typo": 1}}, r"unknown key\(s\) \['typo'\]"),
+        ({"precision": {"choices": ["16"]}}, r"unknown precision '16'; allowed: \['64-true'"),
+        ({"precision": {"low": 1, "high": 2}}, r"precision takes 'choices'"),
+        ({"lr": {"low": 0, "high": 1, "log": True}}, r"lr.low: lr must be > 0|log: true needs low > 0"),
+        ({"lr": {"low": 0.1, "high": 10, "relative": "yes"}}, r"lr.relative must be true or false"),
+        ({"num_workers": {"low": 0, "high": "many"}}, r"num_workers.high must be an integer, got 'many'"),
+        ({"batch_size": {"low": 1, "high": "auto"}}, r"'auto' is only allowed for num_workers"),
+        ({"accumulate_grad_batches": {"low": 1, "high": 8, "relative": True}}, r"relative is only allowed for lr"),
+        (["batch_size"], r"a space must be a mapping"),
+    ],
+)
+def test_bad_spaces_are_rejected_with_the_key_and_value(data, match):
+    with pytest.raises(SpaceError, match=match) as info:
+        parse_space(data, "my_space.yaml")
+    assert str(info.value).startswith("my_space.yaml: ")
+
+
+def test_load_space_reports_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpaceError, match="does not exist"):
+        load_space(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("batch_size: [1, 2\n")
+    with pytest.raises(SpaceError, match=r"bad.yaml:\d+: not valid YAML"):
+        load_space(bad)
+
+
+def _resolve(data, baseline=None, hardware=CPU, applicable=ALL, explicit=False):
+    baseline = baseline or TrialConfig(batch_size=24, lr=1e-3, num_workers=0)
+    return resolve_space(parse_space(data), baseline=baseline, hardware=hardware, applicable=applicable, explicit=explicit)
+
+
+def test_cpu_drops_16_mixed_and_adds_the_baseline_values():
+    resolved, notes = _resolve({"precision": {"choices": ["32-true", "16-mixed", "bf16-mixed"]}, "batch_size": {"choices": [16, 64]}})
+    assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
+    assert any("16-mixed" in n and "bf16-mixed" in n for n in notes)
+    assert resolved["batch_size"]["choices"] == [16, 24, 64]  # the baseline's 24 is a point of the space
+
+
+def test_gpu_without_bf16_drops_bf16():
+    resolved, _ = _resolve({"precision": {"choices": ["16-mixed", "bf16-mixed"]}}, hardware=GPU_NO_BF16)
+    assert resolved["precision"]["choices"] == ["16-mixed", "32-true"]
+
+
+def test_relative_lr_and_auto_workers_become_absolute():
+    resolved, _ = _resolve({"lr": {"low": 0.1, "high": 10.0, "log": True, "relative": True}, "num_workers": {"low": 0, "high": "auto"}})
+    assert resolved["lr"] == {"low": pytest.approx(1e-4), "high": pytest.approx(1e-2), "log": True}
+    assert resolved["num_workers"] == {"low": 0, "high": 2, "log": False}
+
+
+def test_num_workers_is_capped_by_cores_per_device():
+    baseline = TrialConfig(batch_size=8, lr=0.1, devices=2, strategy="ddp")
+    resolved, notes = _resolve({"num_workers": {"low": 0, "high": 16}}, baseline=baseline)
+    assert resolved["num_workers"]["high"] == 1
+    assert any("capped at 1" in n for n in notes)
+
+
+def test_inapplicable_knob_is_dropped_by_default_and_an_error_when_explicit():
+    applicable = {**ALL, "lr": False}
+    resolved, notes = _resolve({"lr": {"low": 0.1, "high": 10, "relative": True}}, applicable=applicable)
+    assert "lr" not in resolved and any("dropped 'lr'" in n for n in notes)
+    with pytest.raises(SpaceError, match="'lr' cannot be applied"):
+        _resolve({"lr": {"low": 0.1, "high": 10, "relative": True}}, applicable=applicable, explicit=True)
+
+
+def test_suggest_config_follows_the_distributions():
+    import optuna
+
+    resolved, _ = _resolve({"batch_size": {"choices": [16, 64]}, "accumulate_grad_batches": {"low": 1, "high": 4}, "lr": {"low": 0.5, "high": 2, "log": True, "relative": True}})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    baseline = TrialConfig(batch_size=24, lr=1e-3)
+    dists = distributions(resolved)
+    for _ in range(5):
+        trial = study.ask()
+        config = suggest_config(trial, resolved, baseline)
+        assert config.batch_size in (16, 24, 64)
+        assert 1 <= config.accumulate_grad_batches <= 4
+        assert 5e-4 <= config.lr <= 2e-3
+        assert set(trial.distributions) == set(dists)
+        study.tell(trial, 1.0)
