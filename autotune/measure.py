@@ -249,9 +249,14 @@ def _make_callback_class():
             now = time.perf_counter()
             n = batch_length(batch)
             if not self.sizes and n is not None and n != self.batch_size:
+                try:
+                    small = n < self.batch_size and n == len(trainer.train_dataloader.dataset)
+                except (AttributeError, TypeError):  # iterable datasets have no length
+                    small = False
+                hint = " (is the training set smaller than the batch?)" if small else ""
                 raise TrialFault(
                     "batch_size_not_applied",
-                    f"batch_size not applied: the first training batch had {n} samples, the trial asked for {self.batch_size}",
+                    f"batch_size not applied: the first training batch had {n} samples, the trial asked for {self.batch_size}{hint}",
                 )
             self.waits.append(now - self._last_end if self._last_end is not None else 0.0)
             self.sizes.append(n or 0)

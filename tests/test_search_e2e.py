@@ -79,9 +79,9 @@ def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
     assert fit.returncode == 0, fit.stderr[-2000:]
 
     # resume adds trials; nothing is deleted
-    cli(*args[:3], "--trials", 1, "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    cli(*args[:2], "--trials", 1, "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
     assert len(load(db, "digits").trials) == 4
-    r = cli(*args[:3], "--trials", 1, "--storage", f"sqlite:///{db}", "--objective", "pareto", check_rc=2)
+    r = cli(*args[:2], "--trials", 1, "--storage", f"sqlite:///{db}", "--objective", "pareto", check_rc=2)
     assert "created with objective='throughput'" in r.stderr and len(load(db, "digits").trials) == 4
 
     rows = json.loads(cli("show", db, "--format", "json", check_rc=0).stdout)
@@ -151,7 +151,7 @@ def test_pareto_objective(tmp_path, cli):
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", MODELS / "tiny.py", "--trials", 3, "--samples", 512,
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", str(MODELS / "tiny.py"), "--trials", "3", "--samples", "512",
                              "--storage", f"sqlite:///{db}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

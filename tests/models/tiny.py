@@ -25,9 +25,9 @@ class TinyData(pl.LightningDataModule):
 
     def setup(self, stage=None):
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(512, 8, generator=g)
+        x = torch.randn(4096, 8, generator=g)
         y = x @ torch.arange(8.0).unsqueeze(1) / 8
-        self.train_set, self.val_set = TensorDataset(x[:448], y[:448]), TensorDataset(x[448:], y[448:])
+        self.train_set, self.val_set = TensorDataset(x[:3584], y[:3584]), TensorDataset(x[3584:], y[3584:])
 
     def train_dataloader(self):
         size = 16 if os.environ.get("TINY_IGNORE_BATCH") else self.batch_size
