@@ -22,3 +22,14 @@ def test_default_names_and_masking():
     assert default_study_name("examples/digits/my_net.py") == "my_net"
     assert mask_url("postgresql+psycopg://bob:s3cret@db:5432/test") == "postgresql+psycopg://bob:***@db:5432/test"
     assert mask_url("sqlite:///studies/x.db") == "sqlite:///studies/x.db"
+
+
+def test_import_and_help_stay_light():
+    import subprocess
+    import sys
+
+    code = "import sys, autotune.cli; print(sorted(m for m in ('torch', 'lightning', 'optuna', 'sqlalchemy') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "[]", r.stderr
+    r = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "search" in r.stdout and "dashboard" in r.stdout

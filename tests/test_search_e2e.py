@@ -89,6 +89,41 @@ def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
     out2 = tmp_path / "again.yaml"
     cli("export", db, "--out", out2, check_rc=0)
     assert yaml.safe_load(out2.read_text()) == yaml.safe_load(out.read_text())
+    _check_dashboard(db, tmp_path)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _check_dashboard(db, cwd):
+    """`autotune dashboard DB` serves the study on 127.0.0.1 with the recommendation as its note."""
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", str(db), "--port", str(port)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        studies = None
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as response:
+                    studies = json.loads(response.read())["study_summaries"]
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert studies and studies[0]["study_name"] == "digits"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}", timeout=5) as response:
+            detail = json.loads(response.read())
+        assert "autotune recommendation" in detail["note"]["body"]
+        assert len(detail["trials"]) == 4
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_two_rank_ddp_trials_share_one_config(tmp_path, cli):
@@ -192,3 +227,28 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
     assert message in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("studies/*.db"))  # nothing created for bad input
+
+
+def test_cli_process_never_imports_torch(tmp_path):
+    """Trials are the only processes that import torch and the user's code (the CLI stays CUDA-free)."""
+    code = (
+        "import sys; from autotune.cli import main;"
+        f"rc = main(['search', {str(MODELS / 'tiny.py')!r}, '--trials', '1', '--samples', '256', '--quiet']);"
+        "print('RC', rc, 'TORCH', 'torch' in sys.modules, 'LIGHTNING', 'lightning' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "RC 0 TORCH False LIGHTNING False" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "studies" / "tiny.db").is_file() and (tmp_path / "studies" / "tiny.best.yaml").is_file()
+
+
+def test_failed_baseline_stops_the_search_and_is_rerun_on_resume(tmp_path, cli):
+    db = tmp_path / "b.db"
+    args = ["search", MODELS / "tiny.py", "--trials", 3, "--samples", 256, "--storage", f"sqlite:///{db}"]
+    r = cli(*args, env={"TINY_FAULTS": "0:raise"})
+    assert r.returncode == 1
+    assert "the baseline trial 0 (the model's own config) failed: exception in user code: ValueError" in r.stderr
+    assert [t.state.name for t in load(db, "tiny").trials] == ["FAIL"]
+    cli(*args[:2], "--trials", 1, "--storage", f"sqlite:///{db}", check_rc=0)
+    trials = load(db, "tiny").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"] and trials[1].user_attrs["baseline"] is True
+    assert load(db, "tiny").user_attrs["baseline"]["trial"] == 1
