@@ -28,6 +28,7 @@ from autotune.errors import ModelFileError, UsageError
 
 __all__ = [
     "check_model_file",
+    "lightning_package",
     "load_user_module",
     "find_classes",
     "read_user_config",
@@ -117,6 +118,21 @@ def _lightning_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
     return tuple(modules), tuple(datas)
 
 
+def lightning_package(cls: type):
+    """``lightning.pytorch`` or ``pytorch_lightning``: the package whose Lightning classes ``cls`` derives from.
+
+    A ``pytorch_lightning`` module must be trained by ``pytorch_lightning.Trainer`` with its callbacks.
+    """
+    if "pytorch_lightning" in sys.modules:
+        import pytorch_lightning as ptl
+
+        if issubclass(cls, (ptl.LightningModule, ptl.LightningDataModule)):
+            return ptl
+    import lightning.pytorch as lp
+
+    return lp
+
+
 def _candidates(module: ModuleType, bases: tuple[type, ...], allow_imported: bool = True) -> list[type]:
     found = [
         obj
@@ -158,7 +174,7 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
         raise ModelFileError(f"{path}: defines no LightningModule subclass (lightning.pytorch or pytorch_lightning)")
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    own_loaders = is_overridden("train_dataloader", model_cls, parent=module_bases[0])
+    own_loaders = is_overridden("train_dataloader", model_cls, parent=lightning_package(model_cls).LightningModule)
     data_cls = _choose("LightningDataModule", "--data", _candidates(module, data_bases, data_name is not None or not own_loaders), data_name, path)
     return model_cls, data_cls
 

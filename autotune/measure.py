@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 __all__ = [
     "MeasureCallback",
+    "measure_callback_class",
     "TrialFault",
     "warmup_batches",
     "summarize",
@@ -195,9 +196,21 @@ def peak_rss_gib() -> float:
     return (own + children) / 2**20
 
 
-def _make_callback_class():
-    """Build the callback class lazily so that importing this module does not import Lightning."""
-    import lightning.pytorch as pl
+_CALLBACK_CLASSES: dict[str, type] = {}
+
+
+def measure_callback_class(pl: Any = None) -> type:
+    """The :class:`MeasureCallback` class for a Lightning package (``lightning.pytorch`` by default,
+    or ``pytorch_lightning``, whose Trainer accepts only its own callbacks). Built lazily so that
+    importing this module does not import Lightning."""
+    if pl is None:
+        import lightning.pytorch as pl
+    if pl.__name__ not in _CALLBACK_CLASSES:
+        _CALLBACK_CLASSES[pl.__name__] = _make_callback_class(pl)
+    return _CALLBACK_CLASSES[pl.__name__]
+
+
+def _make_callback_class(pl: Any) -> type:
     import torch
 
     class MeasureCallback(pl.Callback):
@@ -317,7 +330,5 @@ def _make_callback_class():
 
 def __getattr__(name: str):
     if name == "MeasureCallback":
-        cls = _make_callback_class()
-        globals()["MeasureCallback"] = cls
-        return cls
+        return measure_callback_class()
     raise AttributeError(name)

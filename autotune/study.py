@@ -229,21 +229,14 @@ def load_study(study_name: str | None, storage_url: str):
 
 
 def _make_sampler(settings: Mapping[str, Any], seed_offset: int):
+    """Multivariate TPE; it reads each trial's loss constraint (``Trial.set_constraint``)."""
     import warnings
 
     import optuna
 
-    def constraints(trial) -> list[float]:
-        return list(trial.user_attrs.get("constraint", [0.0]))
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=int(settings["seed"]) + seed_offset,
-            multivariate=True,
-            constraints_func=constraints,
-            n_startup_trials=5,
-        )
+        return optuna.samplers.TPESampler(seed=int(settings["seed"]) + seed_offset, multivariate=True, n_startup_trials=5)
 
 
 def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:
@@ -371,9 +364,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             devices=config.devices,
         )
     except KeyboardInterrupt:
-        trial.set_user_attr("fail_kind", "interrupted")
-        trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _fail_interrupted(study, trial)
         raise
     trial.set_user_attr("wall_seconds", outcome.wall_seconds)
     trial.set_user_attr("process_group", outcome.process_group)
@@ -400,7 +391,8 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
                 baseline = study.user_attrs.get(BASELINE_ATTR)
                 baseline_loss = loss if is_baseline else baseline["loss"]
                 constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
-                trial.set_user_attr("constraint", [constraint])
+                trial.set_constraint("loss_tolerance", constraint if math.isfinite(constraint) else 1e300)
+                trial.set_user_attr("constraint", constraint if math.isfinite(constraint) else None)
                 trial.set_user_attr("feasible", constraint <= 0)
                 values = objective_values(settings["objective"], sps, loss)
     if kind is not None:
@@ -414,6 +406,17 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
+
+
+def _fail_interrupted(study, trial) -> None:
+    """Store an asked trial that Ctrl-C cut short as FAIL (reason ``interrupted``), if not told yet."""
+    import optuna
+
+    if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
+        return
+    trial.set_user_attr("fail_kind", "interrupted")
+    trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _resume_command(settings: Mapping[str, Any], storage_url: str, remaining: int) -> str:
@@ -468,16 +471,18 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             directions=directions(settings["objective"], settings["mode"]),
         )
         study.set_user_attr(SETTINGS_ATTR, settings)
-        if settings["objective"] == "pareto":
-            study.set_metric_names(["samples_per_sec", settings["monitor"]])
-        else:
-            study.set_metric_names(["samples_per_sec"])
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(["samples_per_sec", settings["monitor"]] if settings["objective"] == "pareto" else ["samples_per_sec"])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials))
     resolved = settings["space"]
     baseline_config = TrialConfig.from_dict(settings["baseline_config"])
     ui.search_started(settings, opts.trials)
     ran = 0
+    trial = None
     try:
         while ran < opts.trials:
             is_baseline = study.user_attrs.get(BASELINE_ATTR) is None
@@ -498,6 +503,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
                     {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
                 )
     except KeyboardInterrupt:
+        if trial is not None:  # Ctrl-C may land between ask and tell, outside the trial process
+            _fail_interrupted(study, trial)
         raise Interrupted(_resume_command(settings, storage_url, opts.trials - ran)) from None
     recommended, baseline = recommendation(study, settings)
     export_path = None

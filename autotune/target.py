@@ -184,18 +184,19 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
     try:
         _quiet()
         import torch
-        import lightning.pytorch as pl
 
         from autotune.hardware import available_cpu_count
-        from autotune.loader import KnobTarget, build_objects
-        from autotune.measure import MeasureCallback, TrialFault, peak_rss_gib, summarize
+        from autotune.loader import KnobTarget, build_objects, lightning_package
+        from autotune.measure import TrialFault, measure_callback_class, peak_rss_gib, summarize
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
         if config.accelerator == "cpu":
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
-        pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         model_cls, data_cls, user_config = _load(spec)
+        pl = lightning_package(model_cls)  # lightning.pytorch or pytorch_lightning, as the model uses
+        MeasureCallback = measure_callback_class(pl)
+        pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         targets = {k: KnobTarget(**t) for k, t in spec["targets"].items()}
         values = {k: getattr(config, k) for k in targets}
         model, datamodule = build_objects(model_cls, data_cls, user_config, targets, values)
@@ -219,7 +220,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         result.update(summarize(record))
         result["lr_ran"] = record["lr_ran"]
         result["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
-        if _has_validation(model, datamodule):
+        if _has_validation(pl, model, datamodule):
             trainer.limit_val_batches = spec.get("limit_val_batches", 1.0)
             trainer.validate(model, datamodule=datamodule, verbose=False)
         result["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
@@ -252,12 +253,14 @@ def _json_default(value: Any) -> Any:
         return str(value)
 
 
-def _has_validation(model: Any, datamodule: Any) -> bool:
+def _has_validation(pl: Any, model: Any, datamodule: Any) -> bool:
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    if not is_overridden("validation_step", model):
+    if not is_overridden("validation_step", model, parent=pl.LightningModule):
         return False
-    return is_overridden("val_dataloader", model) or (datamodule is not None and is_overridden("val_dataloader", datamodule))
+    return is_overridden("val_dataloader", model, parent=pl.LightningModule) or (
+        datamodule is not None and is_overridden("val_dataloader", datamodule, parent=pl.LightningDataModule)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
