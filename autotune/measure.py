@@ -113,7 +113,8 @@ def summarize(record: Mapping[str, Any]) -> dict[str, Any]:
     Returns:
         ``samples`` and ``seconds`` of the steady-state window on this rank, ``step_time_median`` and
         ``step_time_p90`` (s), ``data_wait_fraction`` (0..1), ``loss_curve`` (list of
-        ``[samples_seen_global, loss]``), ``train_loss_final`` (mean loss of the last tenth).
+        ``[samples_seen_global, loss]``), ``train_loss_final`` (mean loss of the last tenth),
+        ``batches``, ``warmup_batches``, ``samples_seen`` (all training samples, all ranks).
     """
     intervals = list(record["intervals"])
     waits = list(record["waits"])
@@ -143,6 +144,7 @@ def summarize(record: Mapping[str, Any]) -> dict[str, Any]:
         "train_loss_final": statistics.fmean(tail) if tail else float("nan"),
         "batches": len(intervals),
         "warmup_batches": warmup,
+        "samples_seen": sum(sizes) * world,
     }
 
 
@@ -186,7 +188,66 @@ def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> di
         "metrics": metrics,
         "batches": rank0["batches"],
         "warmup_batches": rank0["warmup_batches"],
+        "samples_seen": rank0["samples_seen"],
     }
+
+
+def classify_exception(error: BaseException) -> tuple[str, str]:
+    """Failure kind and one-line reason of an exception raised in a trial.
+
+    Kinds: a :class:`TrialFault`'s own kind; ``oom`` for ``torch.OutOfMemoryError`` or what
+    Lightning's ``is_oom_error`` recognises; ``interrupted``; else ``exception`` with the type, the
+    message's first line and the innermost frame outside site-packages and autotune (file:line).
+    """
+    import os
+    import traceback
+    from pathlib import Path
+
+    if isinstance(error, TrialFault):
+        return error.kind, str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted", "interrupted"
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    try:
+        import torch
+        from lightning.pytorch.utilities.memory import is_oom_error
+
+        if is_oom_error(error) or isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+            return "oom", f"out of memory: {first_line or type(error).__name__}"
+    except ImportError:  # pragma: no cover - torch and lightning are dependencies
+        pass
+    where = ""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = frame.filename.replace(os.sep, "/")
+        if "site-packages" not in path and "/autotune/" not in path:
+            where = f" at {Path(frame.filename).name}:{frame.lineno}"
+            break
+    return "exception", f"exception in user code: {type(error).__name__}: {first_line}{where}"
+
+
+def write_rank_report(out_dir: str, rank: int, report: Mapping[str, Any], overwrite: bool = True) -> bool:
+    """Write ``out_dir/rank<rank>.json``; with ``overwrite=False`` keep a report already there.
+
+    Returns:
+        Whether the file was written.
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(out_dir) / f"rank{rank}.json"
+    if not overwrite and path.exists():
+        return False
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, default=_json_default))
+    tmp.replace(path)
+    return True
+
+
+def _json_default(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def peak_rss_gib() -> float:
@@ -216,15 +277,34 @@ def _make_callback_class(pl: Any) -> type:
     class MeasureCallback(pl.Callback):
         """Records per-batch timing, size and loss of one rank (see the module docstring).
 
+        Each rank writes its own report, ``out_dir/rank<R>.json``, when ``fit`` ends (after the
+        final validation) or when it raises, so the reports are the same whichever launcher started
+        the ranks (Lightning's subprocess re-execution, or forked ranks).
+
         Args:
             batch_size: The trial's per-device batch size; the first batch must have it.
             num_workers: The trial's DataLoader workers, checked on the train DataLoader, or ``None``.
             total_batches: Training batches the trial will run (for the warm-up length).
             accumulate_grad_batches: Batches per optimizer step (losses are unscaled by it).
+            out_dir: Folder of the rank reports.
+            static: Entries copied into every report (the config the rank saw, ...).
             check_every: Batches between non-finite loss checks (each check syncs the device once).
         """
 
-        def __init__(self, batch_size: int, num_workers: int | None, total_batches: int, accumulate_grad_batches: int, check_every: int = 16):
+        def __init__(
+            self,
+            batch_size: int,
+            num_workers: int | None,
+            total_batches: int,
+            accumulate_grad_batches: int,
+            out_dir: str = ".",
+            static: Mapping[str, Any] | None = None,
+            check_every: int = 16,
+        ):
+            self.out_dir = out_dir
+            self.static = dict(static or {})
+            self.total_batches = total_batches
+            self._window_end: float | None = None
             self.batch_size = batch_size
             self.num_workers = num_workers
             self.accumulate = accumulate_grad_batches
@@ -276,13 +356,17 @@ def _make_callback_class(pl: Any) -> type:
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             index = len(self.intervals)
-            if index + 1 == self.warmup:
+            edge = index + 1 in (self.warmup, self.total_batches)
+            if edge:
                 self._sync()
             now = time.perf_counter()
             self.intervals.append(now - self._last_end)
             self._last_end = now
             if index + 1 == self.warmup:
                 self._window_start = now
+            if index + 1 == self.total_batches:
+                self._window_end = now
+                trainer.should_stop = True  # the sample budget is spent; the final validation follows
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if isinstance(loss, torch.Tensor):
                 self._losses.append(loss.detach().float() * self.accumulate)
@@ -303,13 +387,33 @@ def _make_callback_class(pl: Any) -> type:
                 raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
 
         def on_train_end(self, trainer, pl_module) -> None:
-            self._sync()
-            end = time.perf_counter()
+            if self._window_end is None:  # stopped before the planned last batch
+                self._sync()
+                self._window_end = time.perf_counter()
             self._check_finite()
             if len(self.intervals) < self.warmup:  # stopped early: measure everything
                 self.warmup = 0
             if self._window_start is not None:
-                self.window_seconds = end - self._window_start
+                self.window_seconds = self._window_end - self._window_start
+
+        def on_fit_end(self, trainer, pl_module) -> None:
+            record = self.record()
+            report = {**self.static, "rank": trainer.global_rank, "ok": True, **summarize(record)}
+            report["lr_ran"] = record["lr_ran"]
+            report["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
+            report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+            if self.cuda:
+                report["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                report["peak_memory_kind"] = "cuda_max_allocated"
+            else:
+                report["peak_memory_gib"] = peak_rss_gib()
+                report["peak_memory_kind"] = "cpu_rss"
+            write_rank_report(self.out_dir, trainer.global_rank, report)
+
+        def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+            kind, message = classify_exception(exception)
+            report = {**self.static, "rank": trainer.global_rank, "ok": False, "error": {"kind": kind, "message": message}}
+            write_rank_report(self.out_dir, trainer.global_rank, report)
 
         def record(self) -> dict[str, Any]:
             """Raw record for :func:`summarize`."""

@@ -28,7 +28,6 @@ distributions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -359,9 +358,3 @@ def baseline_params(resolved: Mapping[str, Any], baseline: TrialConfig) -> dict[
     """The baseline's values of the searched knobs (what ``study.enqueue_trial`` takes)."""
     return {name: getattr(baseline, name) for name in resolved}
 
-
-def is_close_lr(a: float | None, b: float | None) -> bool:
-    """Whether two learning rates are equal up to float noise (relative 1e-9)."""
-    if a is None or b is None:
-        return a is b
-    return math.isclose(a, b, rel_tol=1e-9)

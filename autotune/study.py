@@ -420,7 +420,8 @@ def _fail_interrupted(study, trial) -> None:
 
 
 def _resume_command(settings: Mapping[str, Any], storage_url: str, remaining: int) -> str:
-    model = os.path.relpath(settings["model_file"]) if not settings["model_file"].startswith("..") else settings["model_file"]
+    relative = os.path.relpath(settings["model_file"])
+    model = settings["model_file"] if relative.startswith("..") else relative
     parts = ["autotune", "search", model, "--study-name", settings["study_name"], "--storage", mask_url(storage_url), "--trials", str(max(1, remaining))]
     return shlex.join(parts)
 

@@ -48,6 +48,9 @@ def _quiet() -> None:
 def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
     """Optimizer steps and training batches per device that cover a budget of ``samples``.
 
+    Partial batches at epoch ends make the samples actually seen slightly fewer; the measurement
+    counts the real ones.
+
     Args:
         config: The trial's config.
         samples: Training samples to process in total, over all devices (>= 1).
@@ -61,9 +64,16 @@ def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
 
 
 def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str) -> dict[str, Any]:
-    """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's."""
+    """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's.
+
+    Training stops after the batches of the sample budget (the measurement callback sets
+    ``trainer.should_stop``; ``max_steps`` would stop early when an epoch ends inside an
+    accumulation window, since Lightning steps there); validation runs once, right after the
+    last training batch (``val_check_interval`` = the trial's batches, counted across epochs), inside
+    ``fit``.
+    """
     kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS}
-    max_steps, _ = total_batches(config, samples)
+    _, batches = total_batches(config, samples)
     kwargs.update(
         accelerator=config.accelerator,
         devices=config.devices,
@@ -71,9 +81,11 @@ def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str,
         num_nodes=config.num_nodes,
         precision=config.precision,
         accumulate_grad_batches=config.accumulate_grad_batches,
-        max_steps=max_steps,
+        max_steps=-1,  # the measurement callback stops training after the planned batches
         max_epochs=-1,
-        limit_val_batches=0,
+        val_check_interval=batches,
+        check_val_every_n_epoch=None,
+        limit_val_batches=user_trainer.get("limit_val_batches", 1.0),
         num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
@@ -151,43 +163,24 @@ def _global_rank() -> int:
     return int(os.environ.get("NODE_RANK", 0)) * int(os.environ.get("AUTOTUNE_DEVICES", 1)) + int(os.environ.get("LOCAL_RANK", 0))
 
 
-def _classify(error: BaseException) -> tuple[str, str]:
-    from autotune.measure import TrialFault
-
-    if isinstance(error, TrialFault):
-        return error.kind, str(error)
-    try:
-        from lightning.pytorch.utilities.memory import is_oom_error
-
-        oom = is_oom_error(error)
-    except ImportError:  # pragma: no cover
-        oom = False
-    import torch
-
-    if oom or isinstance(error, getattr(torch, "OutOfMemoryError", ())):
-        return "oom", f"out of memory: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
-    frames = traceback.extract_tb(error.__traceback__)
-    where = ""
-    for frame in reversed(frames):
-        if "site-packages" not in frame.filename and "/autotune/" not in frame.filename.replace(os.sep, "/"):
-            where = f" at {Path(frame.filename).name}:{frame.lineno}"
-            break
-    message = str(error).splitlines()[0] if str(error) else ""
-    return "exception", f"exception in user code: {type(error).__name__}: {message}{where}"
-
-
 def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
-    """Train one trial on this rank and write ``out_dir/rank<R>.json``. Returns the exit code."""
-    rank = _global_rank()
-    result: dict[str, Any] = {"rank": rank, "ok": False}
-    out_path = out_dir / f"rank{rank}.json"
+    """Train one trial and return the exit code (0 when ``fit`` returned).
+
+    Every rank writes its report ``out_dir/rank<R>.json`` from the measurement callback (see
+    :mod:`autotune.measure`); an error before ``fit`` (loading the model, building the Trainer, a
+    precision Lightning did not apply) is reported here, for this process's rank, unless the rank
+    already reported.
+    """
+    from autotune.measure import TrialFault, classify_exception, write_rank_report
+
+    result: dict[str, Any] = {"rank": _global_rank(), "ok": False}
     try:
         _quiet()
         import torch
 
         from autotune.hardware import available_cpu_count
         from autotune.loader import KnobTarget, build_objects, lightning_package
-        from autotune.measure import TrialFault, measure_callback_class, peak_rss_gib, summarize
+        from autotune.measure import measure_callback_class
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
@@ -195,72 +188,33 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
         model_cls, data_cls, user_config = _load(spec)
         pl = lightning_package(model_cls)  # lightning.pytorch or pytorch_lightning, as the model uses
-        MeasureCallback = measure_callback_class(pl)
         pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         targets = {k: KnobTarget(**t) for k, t in spec["targets"].items()}
-        values = {k: getattr(config, k) for k in targets}
-        model, datamodule = build_objects(model_cls, data_cls, user_config, targets, values)
+        model, datamodule = build_objects(model_cls, data_cls, user_config, targets, {k: getattr(config, k) for k in targets})
         _, batches = total_batches(config, int(spec["samples"]))
-        callback = MeasureCallback(
+        kwargs = trainer_kwargs(config, int(spec["samples"]), user_config["trainer"], str(out_dir))
+        if spec.get("start_method") and config.strategy == "ddp":  # warm trials fork their ranks
+            kwargs["strategy"] = pl.strategies.DDPStrategy(start_method=spec["start_method"])
+        callback = measure_callback_class(pl)(
             batch_size=config.batch_size,
             num_workers=config.num_workers if "num_workers" in targets else None,
             total_batches=batches,
             accumulate_grad_batches=config.accumulate_grad_batches,
+            out_dir=str(out_dir),
+            static={"config": config.to_dict()},
         )
-        kwargs = trainer_kwargs(config, int(spec["samples"]), user_config["trainer"], str(out_dir))
         trainer = pl.Trainer(callbacks=[callback], **kwargs)
-        result["precision_ran"] = str(trainer.precision)
+        callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)
         if str(trainer.precision) != config.precision:
             raise TrialFault("precision_not_applied", f"precision not applied: asked for {config.precision!r}, Lightning ran {trainer.precision!r}")
         trainer.fit(model, datamodule=datamodule)
-        rank = trainer.global_rank  # known for certain once the launcher has set up the ranks
-        out_path = out_dir / f"rank{rank}.json"
-        result["rank"] = rank
-        record = callback.record()
-        result.update(summarize(record))
-        result["lr_ran"] = record["lr_ran"]
-        result["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
-        if _has_validation(pl, model, datamodule):
-            trainer.limit_val_batches = spec.get("limit_val_batches", 1.0)
-            trainer.validate(model, datamodule=datamodule, verbose=False)
-        result["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
-        if config.accelerator == "gpu" and torch.cuda.is_available():
-            result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            result["peak_memory_kind"] = "cuda_max_allocated"
-        else:
-            result["peak_memory_gib"] = peak_rss_gib()
-            result["peak_memory_kind"] = "cpu_rss"
-        result["ok"] = True
-        code = 0
+        return 0
     except BaseException as e:  # a failed trial is data: classify and store it
-        if isinstance(e, UsageError):
-            kind, message = "usage", str(e)
-        elif isinstance(e, KeyboardInterrupt):
-            kind, message = "interrupted", "interrupted"
-        else:
-            kind, message = _classify(e)
+        kind, message = ("usage", str(e)) if isinstance(e, UsageError) else classify_exception(e)
         result["error"] = {"kind": kind, "message": message}
         traceback.print_exc()
-        code = 1
-    out_path.write_text(json.dumps(result, default=_json_default))
-    return code
-
-
-def _json_default(value: Any) -> Any:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _has_validation(pl: Any, model: Any, datamodule: Any) -> bool:
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    if not is_overridden("validation_step", model, parent=pl.LightningModule):
-        return False
-    return is_overridden("val_dataloader", model, parent=pl.LightningModule) or (
-        datamodule is not None and is_overridden("val_dataloader", datamodule, parent=pl.LightningDataModule)
-    )
+        write_rank_report(str(out_dir), result["rank"], result, overwrite=False)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         traceback.print_exc()
         payload, code = {"ok": False, "usage": False, "message": f"{type(e).__name__}: {e}"}, 1
-    Path(out).write_text(json.dumps(payload, default=_json_default))
+    Path(out).write_text(json.dumps(payload, default=str))
     return code
 
 

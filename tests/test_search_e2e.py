@@ -49,6 +49,9 @@ def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
             assert t.user_attrs["loss_source"] == "val_loss"
             assert t.user_attrs["ranks"][0]["first_batch_size"] == t.params["batch_size"]
             assert (t.constraints["loss_tolerance"] <= 0) == t.user_attrs["feasible"]  # what TPE's constraint handling reads
+            # the whole sample budget, in whole optimizer steps, even when accumulation spans an epoch end
+            accum = t.params["accumulate_grad_batches"]
+            assert t.user_attrs["batches"] == -(-2048 // (t.params["batch_size"] * accum)) * accum
         else:
             assert t.user_attrs["fail_reason"]
     settings = study.user_attrs["autotune"]
