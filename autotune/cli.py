@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
     s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
+    s.add_argument("--jobs", type=_positive_int, default=1, help="trials at once, each on its own GPUs or CPU cores (default 1)")
+    s.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process instead of forking a warm one")
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
     for name, help_text in (("show", "print the trials of a study"), ("export", "write the recommended config of a study as LightningCLI YAML")):

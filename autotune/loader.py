@@ -72,12 +72,15 @@ def load_user_module(path: str | Path) -> ModuleType:
     """Import the model file as a module, its folder importable, without running its ``__main__`` block.
 
     The module is registered under the file's stem (so ``pickle`` and sibling imports work), or
-    under ``_autotune_user_<stem>`` when that name is taken.
+    under ``_autotune_user_<stem>`` when that name is taken. A file already imported by this process
+    (a warm trial process preloads it, see :mod:`autotune.warm`) is not imported again.
 
     Raises:
         ModelFileError: The file cannot be imported; the message names the exception and the line.
     """
     path = check_model_file(path)
+    if path in _LOADED:
+        return _LOADED[path]
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
@@ -93,7 +96,11 @@ def load_user_module(path: str | Path) -> ModuleType:
         sys.modules.pop(name, None)
         line = _user_line(e, path)
         raise ModelFileError(f"importing {path}{line} raised {type(e).__name__}: {e}") from e
+    _LOADED[path] = module
     return module
+
+
+_LOADED: dict[Path, ModuleType] = {}
 
 
 def _user_line(error: BaseException, path: Path) -> str:

@@ -318,6 +318,8 @@ def _make_callback_class(pl: Any) -> type:
             self._window_start: float | None = None
             self.window_seconds: float | None = None
             self.world_size = 1
+            self.first_batch_time: float | None = None
+            self.train_end_time: float | None = None
             self.lr_ran: float | None = None
             self.cuda = False
 
@@ -341,6 +343,8 @@ def _make_callback_class(pl: Any) -> type:
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             now = time.perf_counter()
             n = batch_length(batch)
+            if not self.sizes:
+                self.first_batch_time = time.time()  # epoch seconds: start-up ends here
             if not self.sizes and n is not None and n != self.batch_size:
                 try:
                     small = n < self.batch_size and n == len(trainer.train_dataloader.dataset)
@@ -366,6 +370,7 @@ def _make_callback_class(pl: Any) -> type:
                 self._window_start = now
             if index + 1 == self.total_batches:
                 self._window_end = now
+                self.train_end_time = time.time()
                 trainer.should_stop = True  # the sample budget is spent; the final validation follows
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if isinstance(loss, torch.Tensor):
@@ -390,6 +395,7 @@ def _make_callback_class(pl: Any) -> type:
             if self._window_end is None:  # stopped before the planned last batch
                 self._sync()
                 self._window_end = time.perf_counter()
+                self.train_end_time = time.time()
             self._check_finite()
             if len(self.intervals) < self.warmup:  # stopped early: measure everything
                 self.warmup = 0
@@ -400,6 +406,8 @@ def _make_callback_class(pl: Any) -> type:
             record = self.record()
             report = {**self.static, "rank": trainer.global_rank, "ok": True, **summarize(record)}
             report["lr_ran"] = record["lr_ran"]
+            report["first_batch_time"] = self.first_batch_time
+            report["train_end_time"] = self.train_end_time
             report["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
             report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
             if self.cuda:

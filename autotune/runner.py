@@ -49,6 +49,7 @@ class TrialOutcome:
     wall_seconds: float = 0.0
     log_tail: str = ""
     process_group: int | None = None
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 def kill_group(pgid: int) -> None:
@@ -84,7 +85,9 @@ def classify(
         error = report.get("error")
         if error:
             return error["kind"], error["message"]
-    if returncode is not None and returncode < 0:
+    if returncode is None:
+        return "crashed", "crashed: the warm trial process went away before the trial ended"
+    if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
@@ -105,7 +108,7 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _child_env(extra: Mapping[str, str]) -> dict[str, str]:
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
@@ -115,7 +118,7 @@ def _child_env(extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str], cwd: str | None = None) -> tuple[int | None, bool, float, int]:
+def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str], on_start: Any = None) -> tuple[int | None, bool, float, int]:
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -125,10 +128,11 @@ def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str]
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=dict(env),
-            cwd=cwd,
         )
         timed_out = False
         try:
+            if on_start is not None:
+                on_start(proc.pid)
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -145,6 +149,9 @@ def run_trial_process(
     trial_number: int,
     expected_ranks: int,
     devices: int,
+    pool: Any = None,
+    slot_env: Mapping[str, str] | None = None,
+    on_start: Any = None,
 ) -> TrialOutcome:
     """Run one trial in a fresh process group and classify what happened.
 
@@ -154,17 +161,38 @@ def run_trial_process(
         trial_number: Optuna trial number, exported to the trial as ``AUTOTUNE_TRIAL_NUMBER``.
         expected_ranks: Rank reports a successful trial writes.
         devices: Devices per node (for rank numbering before Lightning sets it).
+        pool: A started :class:`autotune.warm.WarmPool` to fork the trial from, or ``None`` to
+            start a cold ``python -m autotune.target`` process.
+        slot_env: Extra environment of this job slot (``AUTOTUNE_CPUS``, ``CUDA_VISIBLE_DEVICES``).
+        on_start: Called with the trial's process group id once it runs (to kill it on Ctrl-C).
 
     Returns:
-        The :class:`TrialOutcome`. The temporary folder of the trial is removed.
+        The :class:`TrialOutcome`, with ``launch_time`` and ``exit_time`` (epoch seconds) in
+        ``timing``. The temporary folder of the trial is removed.
     """
     with tempfile.TemporaryDirectory(prefix=f"autotune-trial{trial_number}-") as tmp:
         folder = Path(tmp)
         spec_path = folder / "spec.json"
-        spec_path.write_text(json.dumps(spec))
-        env = _child_env({"AUTOTUNE_TRIAL_NUMBER": str(trial_number), "AUTOTUNE_DEVICES": str(devices)})
         log_path = folder / "trial.log"
-        returncode, timed_out, wall, pgid = _run(["run", str(spec_path), str(folder)], log_path, timeout, env)
+        trial_env = {"AUTOTUNE_TRIAL_NUMBER": str(trial_number), "AUTOTUNE_DEVICES": str(devices), **(slot_env or {})}
+        launch_time = time.time()
+        spec = {**spec, "launch_time": launch_time}
+        start = time.monotonic()
+        if pool is None:
+            spec_path.write_text(json.dumps(spec))
+            returncode, timed_out, _, pgid = _run(["run", str(spec_path), str(folder)], log_path, timeout, child_env(trial_env), on_start=on_start)
+        else:
+            spec["start_method"] = "fork"  # DDP ranks are forked from the warm trial process too
+            spec_path.write_text(json.dumps(spec))
+            pgid = pool.launch(str(spec_path), str(folder), str(log_path), trial_env)
+            try:
+                if on_start is not None:
+                    on_start(pgid)
+                returncode = pool.wait(pgid, timeout)
+                timed_out = returncode is None and pool.alive
+            finally:
+                kill_group(pgid)
+        wall = time.monotonic() - start
         ranks = []
         for path in sorted(folder.glob("rank*.json")):
             try:
@@ -180,6 +208,7 @@ def run_trial_process(
             wall_seconds=wall,
             log_tail=_tail(log_path) if kind else "",
             process_group=pgid,
+            timing={"launch_time": launch_time, "exit_time": launch_time + wall},
         )
 
 
@@ -194,7 +223,7 @@ def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str
         folder = Path(tmp)
         spec_path, out_path, log_path = folder / "spec.json", folder / "out.json", folder / "inspect.log"
         spec_path.write_text(json.dumps(spec))
-        returncode, timed_out, _, _ = _run(["inspect", str(spec_path), str(out_path)], log_path, timeout, _child_env({}))
+        returncode, timed_out, _, _ = _run(["inspect", str(spec_path), str(out_path)], log_path, timeout, child_env({}))
         if timed_out:
             raise AutotuneError(f"inspecting the model took longer than {timeout:g} s; log:\n{_tail(log_path)}")
         try:

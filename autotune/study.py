@@ -75,6 +75,8 @@ class SearchOptions:
     study_name: str | None = None
     out: str | None = None
     seed: int | None = None
+    jobs: int = 1
+    cold: bool = False
 
 
 DEFAULTS = {
@@ -334,8 +336,8 @@ def _rank_attrs(outcome) -> list[dict[str, Any]]:
     ]
 
 
-def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui) -> Any:
-    """Run one asked trial to its end and tell the study. Returns the frozen trial."""
+def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: "_RunContext") -> Any:
+    """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial."""
     import optuna
 
     from autotune.objective import constraint_value, final_loss, objective_values
@@ -355,6 +357,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         "samples": settings["samples"],
         "seed": settings["seed"],
     }
+    slot = ctx.take_slot()
     try:
         outcome = run_trial_process(
             spec,
@@ -362,10 +365,27 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             trial_number=trial.number,
             expected_ranks=config.world_size,
             devices=config.devices,
+            pool=ctx.pools.get(slot),
+            slot_env=slot.env,
+            on_start=lambda pgid: ctx.running.__setitem__(trial.number, pgid),
         )
     except KeyboardInterrupt:
-        _fail_interrupted(study, trial)
+        _fail_interrupted(study, trial.number)
         raise
+    except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
+        from autotune.runner import TrialOutcome
+
+        outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
+    finally:
+        ctx.running.pop(trial.number, None)
+        ctx.give_slot(slot)
+    if ctx.stop.is_set() and not outcome.ok:
+        outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
+    trial.set_user_attr("launch", "cold" if ctx.pools.cold else "warm")
+    trial.set_user_attr("slot", slot.description)
+    trial.set_user_attr("shared_host", ctx.jobs > 1)
+    for key, value in _overhead(outcome).items():
+        trial.set_user_attr(key, value)
     trial.set_user_attr("wall_seconds", outcome.wall_seconds)
     trial.set_user_attr("process_group", outcome.process_group)
     trial.set_user_attr("ranks", _rank_attrs(outcome))
@@ -408,12 +428,56 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     return frozen
 
 
-def _fail_interrupted(study, trial) -> None:
+def _overhead(outcome) -> dict[str, float]:
+    """Start-up (launch to first training batch), training, and after-training seconds of a trial."""
+    firsts = [r["first_batch_time"] for r in outcome.ranks if r.get("first_batch_time")]
+    ends = [r["train_end_time"] for r in outcome.ranks if r.get("train_end_time")]
+    launch, exit_time = outcome.timing.get("launch_time"), outcome.timing.get("exit_time")
+    if not (firsts and ends and launch and exit_time):
+        return {}
+    first, end = min(firsts), max(ends)
+    return {"startup_seconds": first - launch, "training_seconds": end - first, "teardown_seconds": exit_time - end}
+
+
+class _RunContext:
+    """What the trials of one ``search`` run share: slots, warm pools, running trials, Ctrl-C."""
+
+    def __init__(self, slots, pools, jobs: int):
+        import queue
+        import threading
+
+        self.slots = slots
+        self.pools = pools
+        self.jobs = jobs
+        self.stop = threading.Event()
+        self.running: dict[int, int] = {}
+        self.asked: list[int] = []
+        self.lock = threading.Lock()
+        self._free: "queue.Queue" = queue.Queue()
+        for slot in slots:
+            self._free.put(slot)
+
+    def take_slot(self):
+        return self._free.get()
+
+    def give_slot(self, slot) -> None:
+        self._free.put(slot)
+
+    def kill_running(self) -> None:
+        from autotune.runner import kill_group
+
+        for pgid in list(self.running.values()):
+            kill_group(pgid)
+
+
+def _fail_interrupted(study, number: int) -> None:
     """Store an asked trial that Ctrl-C cut short as FAIL (reason ``interrupted``), if not told yet."""
     import optuna
 
-    if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
+    frozen = study.get_trials(deepcopy=False)[number]
+    if frozen.state != optuna.trial.TrialState.RUNNING:
         return
+    trial = optuna.trial.Trial(study, frozen._trial_id)
     trial.set_user_attr("fail_kind", "interrupted")
     trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -482,31 +546,48 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     resolved = settings["space"]
     baseline_config = TrialConfig.from_dict(settings["baseline_config"])
     ui.search_started(settings, opts.trials)
+    slots = _plan_slots(settings, opts)
+    if len(slots) > 1:
+        ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
+    import tempfile
+
+    from autotune.jobs import SlotPools
+
+    log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
+    ctx = _RunContext(slots, SlotPools(settings["model_file"], opts.cold, log_dir, ui), len(slots))
+    run_start = time.monotonic()
     ran = 0
-    trial = None
     try:
-        while ran < opts.trials:
-            is_baseline = study.user_attrs.get(BASELINE_ATTR) is None
-            if is_baseline:
-                study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
+        while ran < opts.trials and study.user_attrs.get(BASELINE_ATTR) is None:
+            study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
             trial = study.ask()
-            config = suggest_config(trial, resolved, baseline_config)
-            frozen = _run_one(study, trial, config, settings, is_baseline, ui)
+            ctx.asked.append(trial.number)
+            frozen = _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, True, ui, ctx)
             ran += 1
-            if is_baseline:
-                if frozen.state != optuna.trial.TrialState.COMPLETE:
-                    raise BaselineFailedError(
-                        f"the baseline trial {frozen.number} (the model's own config) failed: {frozen.user_attrs.get('fail_reason')}; "
-                        "fix the model so its defaults train, then run the same command again"
-                    )
-                study.set_user_attr(
-                    BASELINE_ATTR,
-                    {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
+            if frozen.state != optuna.trial.TrialState.COMPLETE:
+                raise BaselineFailedError(
+                    f"the baseline trial {frozen.number} (the model's own config) failed: {frozen.user_attrs.get('fail_reason')}; "
+                    "fix the model so its defaults train, then run the same command again"
                 )
+            study.set_user_attr(
+                BASELINE_ATTR,
+                {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
+            )
+        ran += _run_parallel(study, opts.trials - ran, resolved, baseline_config, settings, ui, ctx)
     except KeyboardInterrupt:
-        if trial is not None:  # Ctrl-C may land between ask and tell, outside the trial process
-            _fail_interrupted(study, trial)
+        ctx.stop.set()
+        ctx.kill_running()
+        for number in ctx.asked:  # Ctrl-C may land between ask and tell, outside the trial process
+            _fail_interrupted(study, number)
+        trials = study.get_trials(deepcopy=False)
+        ran = sum(1 for n in ctx.asked if trials[n].user_attrs.get("fail_kind") != "interrupted")
         raise Interrupted(_resume_command(settings, storage_url, opts.trials - ran)) from None
+    finally:
+        ctx.pools.close()
+        import shutil
+
+        shutil.rmtree(log_dir, ignore_errors=True)
+        _record_run(study, run_start, ctx, opts)
     recommended, baseline = recommendation(study, settings)
     export_path = None
     if recommended is not None:
@@ -514,6 +595,72 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _plan_slots(settings: Mapping[str, Any], opts: SearchOptions):
+    from autotune.hardware import Hardware
+    from autotune.jobs import plan_slots
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return plan_slots(Hardware.from_dict(settings["hardware"]), int(settings["devices"]), opts.jobs, cpus)
+
+
+def _run_parallel(study, n: int, resolved, baseline_config: TrialConfig, settings, ui, ctx: _RunContext) -> int:
+    """Run ``n`` sampled trials, up to one per slot at a time. Returns how many were told."""
+    from autotune.space import suggest_config
+
+    claimed = [0]
+
+    def work() -> None:
+        while True:
+            with ctx.lock:
+                if claimed[0] >= n or ctx.stop.is_set():
+                    return
+                claimed[0] += 1
+                trial = study.ask()
+                ctx.asked.append(trial.number)
+            _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, False, ui, ctx)
+
+    if ctx.jobs == 1:
+        work()
+        return claimed[0]
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=ctx.jobs) as executor:
+        futures = [executor.submit(work) for _ in range(ctx.jobs)]
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:
+            ctx.stop.set()
+            ctx.kill_running()
+            concurrent.futures.wait(futures)
+            raise
+    return claimed[0]
+
+
+def _record_run(study, run_start: float, ctx: _RunContext, opts: SearchOptions) -> None:
+    """Append this run's overhead figures to the study's ``runs`` attribute (best effort)."""
+    try:
+        wall = time.monotonic() - run_start
+        every = study.get_trials(deepcopy=False)
+        trials = [every[n] for n in ctx.asked]
+        training = sum(t.user_attrs.get("training_seconds", 0.0) for t in trials)
+        runs = list(study.user_attrs.get("runs", []))
+        runs.append(
+            {
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "trials": len(trials),
+                "jobs": ctx.jobs,
+                "launch": "cold" if opts.cold else "warm",
+                "wall_seconds": wall,
+                "training_seconds": training,
+                "overhead_fraction": 1.0 - training / (wall * ctx.jobs) if wall > 0 else None,
+            }
+        )
+        study.set_user_attr("runs", runs)
+    except Exception:  # figures only; never hide the run's own outcome
+        pass
 
 
 def default_export_path(storage_url: str, study_name: str) -> Path:

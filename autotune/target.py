@@ -184,6 +184,8 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
+        if os.environ.get("AUTOTUNE_CPUS"):  # a parallel job's own cores (--jobs); children inherit them
+            os.sched_setaffinity(0, {int(c) for c in os.environ["AUTOTUNE_CPUS"].split(",")})
         if config.accelerator == "cpu":
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
         model_cls, data_cls, user_config = _load(spec)

@@ -13,8 +13,12 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-FAULTS = dict(item.split(":") for item in os.environ.get("TINY_FAULTS", "").split(",") if item)
-FAULT = FAULTS.get(os.environ.get("AUTOTUNE_TRIAL_NUMBER", "0"), "")
+
+
+def _fault() -> str:
+    """This trial's fault; read at run time, since a warm process imports this file once for all trials."""
+    faults = dict(item.split(":") for item in os.environ.get("TINY_FAULTS", "").split(",") if item)
+    return faults.get(os.environ.get("AUTOTUNE_TRIAL_NUMBER", "0"), "")
 
 
 class TinyData(pl.LightningDataModule):
@@ -46,6 +50,7 @@ class TinyModel(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        FAULT = _fault()
         if FAULT == "raise" and batch_idx == 2:
             raise ValueError("boom from the user's training_step")
         if FAULT == "nan" and batch_idx == 3:

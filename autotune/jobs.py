@@ -1,0 +1,120 @@
+"""Job slots: where parallel trials run (``--jobs``), and the warm process each slot forks from.
+
+With ``--jobs N`` up to N trials run at once, each in its own *slot*: on a GPU machine a disjoint
+group of ``devices`` GPUs (``CUDA_VISIBLE_DEVICES``), on a CPU-only machine a disjoint set of cores
+(CPU affinity, inherited by the trial's ranks and loader workers, and torch's thread count), so that
+parallel trials do not distort each other's throughput. Memory bandwidth, caches and the disk are
+still shared: such trials are flagged ``shared_host`` on the study.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.hardware import Hardware
+
+__all__ = ["Slot", "plan_slots", "SlotPools"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place a trial runs.
+
+    Attributes:
+        index: 0-based slot number.
+        env: Environment given to the slot's trials (``AUTOTUNE_CPUS`` and/or ``CUDA_VISIBLE_DEVICES``).
+        description: One line for the output, e.g. ``"job 0: cores 0-7"``.
+    """
+
+    index: int
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+def _span(values: list[int]) -> str:
+    return f"{values[0]}-{values[-1]}" if len(values) > 1 and values == list(range(values[0], values[-1] + 1)) else ",".join(map(str, values))
+
+
+def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> list[Slot]:
+    """Split the machine into ``jobs`` disjoint slots (pure).
+
+    Args:
+        hardware: The machine.
+        devices: Devices per trial (>= 1).
+        jobs: Trials at once (>= 1).
+        cpus: The CPU cores this process may use (``sorted(os.sched_getaffinity(0))``).
+
+    Returns:
+        ``jobs`` slots. With one job, the slot has the whole machine and no restriction.
+
+    Raises:
+        UsageError: ``jobs < 1``; more jobs than GPU groups (``device_count // devices``); or, on
+            CPU, more jobs than cores (each job needs a core per device).
+    """
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if jobs == 1:
+        return [Slot(0, {}, "one job: the whole machine")]
+    slots = []
+    if hardware.accelerator == "gpu":
+        groups = hardware.device_count // devices
+        if jobs > groups:
+            raise UsageError(f"--jobs {jobs} with --devices {devices} needs {jobs * devices} GPUs; this machine has {hardware.device_count} (at most --jobs {max(1, groups)})")
+        cores_each = max(1, len(cpus) // jobs)
+        for j in range(jobs):
+            gpus = list(range(j * devices, (j + 1) * devices))
+            mine = cpus[j * cores_each:(j + 1) * cores_each] or cpus
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "AUTOTUNE_CPUS": ",".join(map(str, mine))}
+            slots.append(Slot(j, env, f"job {j}: GPUs {_span(gpus)}, cores {_span(mine)}"))
+        return slots
+    cores_each = len(cpus) // jobs
+    if cores_each < devices:
+        raise UsageError(f"--jobs {jobs} with --devices {devices} needs {jobs * devices} CPU cores; this process may use {len(cpus)}")
+    for j in range(jobs):
+        mine = cpus[j * cores_each:(j + 1) * cores_each]
+        slots.append(Slot(j, {"AUTOTUNE_CPUS": ",".join(map(str, mine))}, f"job {j}: cores {_span(mine)}"))
+    return slots
+
+
+class SlotPools:
+    """A warm process per slot, started on first use and rebuilt when the model file changes.
+
+    Args:
+        model_file: The user's model file.
+        cold: Use no warm process (``--cold``): :meth:`get` returns ``None``.
+        log_dir: Folder for the warm processes' logs.
+        ui: For the "rebuilding" message.
+    """
+
+    def __init__(self, model_file: str, cold: bool, log_dir: str, ui: Any = None):
+        self.model_file = model_file
+        self.cold = cold
+        self.log_dir = log_dir
+        self.ui = ui
+        self._pools: dict[int, Any] = {}
+
+    def get(self, slot: Slot):
+        """The started warm pool of a slot, or ``None`` when cold."""
+        if self.cold:
+            return None
+        from autotune.runner import child_env
+        from autotune.warm import WarmPool
+
+        pool = self._pools.get(slot.index)
+        if pool is not None and pool.stale():
+            if self.ui is not None:
+                self.ui.info(f"{self.model_file} changed (or its warm process ended): rebuilding the warm trial process")
+            pool.close()
+            pool = None
+        if pool is None:
+            pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
+            pool.start()
+            self._pools[slot.index] = pool
+        return pool
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
