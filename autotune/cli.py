@@ -39,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("search", help="run (or resume) a study of real training trials and export the best config")
+    s = sub.add_parser("search", parents=[common], help="run (or resume) a study of real training trials and export the best config")
     s.add_argument("model_file", help="Python file defining a LightningModule (and usually a LightningDataModule)")
     s.add_argument("--trials", type=_positive_int, default=20, help="trials this run adds (default 20; the first of a new study is the baseline)")
     s.add_argument("--model", dest="model_class", help="LightningModule class to use when the file defines several")
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
     for name, help_text in (("show", "print the trials of a study"), ("export", "write the recommended config of a study as LightningCLI YAML")):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, parents=[common], help=help_text)
         p.add_argument("study", help="study name (with --storage), or a study database path such as studies/digits.db")
         _add_storage(p)
         if name == "show":
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
 
-    d = sub.add_parser("dashboard", help="open a study storage in optuna-dashboard on 127.0.0.1")
+    d = sub.add_parser("dashboard", parents=[common], help="open a study storage in optuna-dashboard on 127.0.0.1")
     d.add_argument("storage_target", nargs="?", metavar="DB_PATH_OR_STORAGE_URL", help="default: $AUTOTUNE_STORAGE or the only studies/*.db")
     d.add_argument("--port", type=_positive_int, default=8080)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -111,7 +113,7 @@ def _cmd_show(args) -> int:
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
     recommended, _ = recommendation(study, settings)
-    rows = trial_rows(study, recommended.number if recommended else None)
+    rows = trial_rows(study, recommended.number if recommended else None, full=args.format != "table")
     text = render_rows(rows, args.format, title=f"study {study.study_name}")
     if text is not None:
         print(text)
@@ -136,9 +138,10 @@ def _cmd_dashboard(args) -> int:
     from autotune.dashboard import serve, storage_for_dashboard
     from autotune.study import mask_url
 
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 1..65535, got {args.port}")
     url = storage_for_dashboard(args.storage_target)
-    print(f"optuna-dashboard for {mask_url(url)} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
-    serve(url, host=args.host, port=args.port)
+    serve(url, host=args.host, port=args.port, announce=lambda: print(f"optuna-dashboard for {mask_url(url)} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True))
     return 0
 
 

@@ -39,10 +39,31 @@ def storage_for_dashboard(target: str | None) -> str:
     return f"sqlite:///{path}"
 
 
-def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve optuna-dashboard until interrupted (blocks)."""
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=None) -> None:
+    """Serve optuna-dashboard until interrupted (blocks).
+
+    Args:
+        storage_url: Storage to serve (must exist).
+        host: Address to bind; 127.0.0.1 keeps it on this machine.
+        port: TCP port, 1..65535.
+        announce: Called once the storage is open and the address is free, just before serving.
+
+    Raises:
+        StorageError: The storage cannot be opened, or the address cannot be bound (port in use,
+            unknown host).
+    """
+    import socket
+
     from optuna_dashboard import run_server
 
     from autotune.study import open_storage
 
-    run_server(open_storage(storage_url, create=False), host=host, port=port)
+    storage = open_storage(storage_url, create=False)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as e:
+        raise StorageError(f"cannot serve on {host}:{port} ({e.strerror or e}); give another --port or --host") from None
+    if announce is not None:
+        announce()
+    run_server(storage, host=host, port=port)

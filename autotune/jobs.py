@@ -114,6 +114,23 @@ class SlotPools:
             self._pools[slot.index] = pool
         return pool
 
+    def start_all(self, slots: list[Slot]) -> None:
+        """Start every slot's warm process at once (they import in parallel); no-op when cold."""
+        if self.cold:
+            return
+        from autotune.runner import child_env
+        from autotune.warm import WarmPool
+
+        fresh = []
+        for slot in slots:
+            if slot.index not in self._pools:
+                pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
+                pool.spawn()
+                self._pools[slot.index] = pool
+                fresh.append(pool)
+        for pool in fresh:
+            pool.wait_ready()
+
     def close(self) -> None:
         for pool in self._pools.values():
             pool.close()

@@ -92,6 +92,9 @@ def load_user_module(path: str | Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:
+        sys.modules.pop(name, None)
+        raise ModelFileError(f"{path} called sys.exit({e.code!r}) when imported; move that call under `if __name__ == \"__main__\":`") from None
     except Exception as e:
         sys.modules.pop(name, None)
         line = _user_line(e, path)
@@ -186,27 +189,43 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
     return model_cls, data_cls
 
 
+#: Top-level keys of a LightningCLI config besides the three sections autotune reads.
+CLI_EXTRA_KEYS = ("seed_everything", "ckpt_path", "optimizer", "lr_scheduler")
+
+
 def read_user_config(path: str | Path | None) -> dict[str, Any]:
     """Read a LightningCLI-style YAML (``trainer:``, ``model:``, ``data:``) into plain dicts.
 
     ``model:``/``data:`` may hold plain values or ``class_path``/``init_args``; only ``init_args`` (or
-    the plain values) are kept.
+    the plain values) are kept. LightningCLI's other top-level keys (:data:`CLI_EXTRA_KEYS`) are kept
+    under ``"extra"`` and copied into the export.
+
+    Returns:
+        ``{"trainer": {...}, "model": {...}, "data": {...}, "extra": {...}}``.
 
     Raises:
-        UsageError: Missing file, invalid YAML, or a section that is not a mapping.
+        UsageError: Missing file, invalid YAML, an unknown top-level key, or a section that is not
+            a mapping.
     """
+    empty: dict[str, Any] = {"trainer": {}, "model": {}, "data": {}, "extra": {}}
     if path is None:
-        return {"trainer": {}, "model": {}, "data": {}}
+        return empty
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {str(path)!r} does not exist")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML ({e})") from e
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})") from None
     if not isinstance(data, Mapping):
         raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
-    out: dict[str, Any] = {}
+    allowed = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise UsageError(f"{path}: unknown top-level key(s) {unknown}; a LightningCLI config has {list(allowed)}")
+    out = dict(empty)
     for section in ("trainer", "model", "data"):
         value = data.get(section) or {}
         if not isinstance(value, Mapping):
@@ -214,6 +233,7 @@ def read_user_config(path: str | Path | None) -> dict[str, Any]:
         if "init_args" in value:
             value = value.get("init_args") or {}
         out[section] = dict(value)
+    out["extra"] = {k: data[k] for k in CLI_EXTRA_KEYS if k in data}
     return out
 
 
@@ -287,12 +307,20 @@ def locate_knobs(model_cls: type, data_cls: type | None, model: Any = None, data
     return found
 
 
-def _init_kwargs(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
+def _init_kwargs(cls: type, given: Mapping[str, Any], section: str) -> dict[str, Any]:
     params = _init_params(cls)
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = [k for k in given if k not in params and not accepts_any]
     if unknown:
         raise UsageError(f"{cls.__name__} takes no argument(s) {unknown}; its arguments: {[p for p in params if p != 'self']}")
+    missing = [
+        name
+        for name, p in params.items()
+        if name != "self" and p.default is inspect.Parameter.empty and name not in given
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    if missing:
+        raise UsageError(f"{cls.__name__} needs argument(s) {missing} (no default); give them in a --config YAML under {section}:")
     return dict(given)
 
 
@@ -318,8 +346,8 @@ def build_objects(
     for knob, target in targets.items():
         if knob in values and target.how == "init":
             kwargs[target.owner][target.name] = values[knob]
-    datamodule = data_cls(**_init_kwargs(data_cls, kwargs["data"])) if data_cls is not None else None
-    model = model_cls(**_init_kwargs(model_cls, kwargs["model"]))
+    datamodule = data_cls(**_init_kwargs(data_cls, kwargs["data"], "data")) if data_cls is not None else None
+    model = model_cls(**_init_kwargs(model_cls, kwargs["model"], "model"))
     objects = {"model": model, "data": datamodule}
     for knob, target in targets.items():
         if knob not in values or target.how == "init":

@@ -24,8 +24,12 @@ _COLUMNS = (
 )
 
 
-def trial_rows(study, recommended_number: int | None = None) -> list[dict[str, Any]]:
-    """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML)."""
+def trial_rows(study, recommended_number: int | None = None, full: bool = False) -> list[dict[str, Any]]:
+    """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML).
+
+    With ``full``, every user attribute of the trial is included too (loss curve, rank configs,
+    timings, ``log_tail`` of a failed trial, ...).
+    """
     rows = []
     for t in study.get_trials(deepcopy=False):
         attrs = t.user_attrs
@@ -54,6 +58,8 @@ def trial_rows(study, recommended_number: int | None = None) -> list[dict[str, A
                 "note": note,
             }
         )
+        if full:
+            rows[-1] = {**rows[-1], "params": dict(t.params), "user_attrs": dict(attrs)}
     return rows
 
 
@@ -123,7 +129,13 @@ class ConsoleUI:
         self.console.print(f"[yellow]warning:[/yellow] {message}")
 
     def search_started(self, settings: Mapping[str, Any], trials: int) -> None:
-        space = ", ".join(f"{k}={v.get('choices', [v.get('low'), v.get('high')])}" for k, v in settings["space"].items())
+        def fmt(value: Any) -> str:
+            return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+        space = ", ".join(
+            f"{k}={[fmt(c) for c in v['choices']]}" if "choices" in v else f"{k}=[{fmt(v['low'])}, {fmt(v['high'])}]{' log' if v.get('log') else ''}"
+            for k, v in settings["space"].items()
+        )
         self.info(
             f"objective {settings['objective']} (loss tolerance {settings['loss_tolerance']:.0%}, monitor {settings['monitor']}), "
             f"{settings['samples']} training samples per trial, devices={settings['devices']}, {trials} trial(s)"

@@ -112,6 +112,8 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
         data = {}
     if not isinstance(data, Mapping):
         raise SpaceError(f"{source}: a space must be a mapping of knob names to specs, got {type(data).__name__}")
+    if not data:
+        raise SpaceError(f"{source}: the space names no knob; give at least one of {sorted(KNOB_TYPES)}")
     space: dict[str, KnobSpec] = {}
     for name, spec in data.items():
         if name not in KNOB_TYPES:
@@ -243,6 +245,7 @@ def resolve_space(
     applicable: Mapping[str, bool],
     explicit: bool,
     source: str = "<space>",
+    train_samples: int | None = None,
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Make a validated space concrete for one model on one machine.
 
@@ -254,6 +257,8 @@ def resolve_space(
         explicit: The user chose this space (``--space``): an inapplicable knob is then an error,
             otherwise it is dropped with a note.
         source: The space file, for messages.
+        train_samples: Size of the training set, if known: batch sizes above it per device are
+            removed (their first batch could not have the batch size).
 
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
@@ -283,6 +288,12 @@ def resolve_space(
                     if c in removed_precisions:
                         notes.append(f"removed precision {c!r}: {removed_precisions[c]}")
                 choices = kept
+            if name == "batch_size" and train_samples:
+                per_device = train_samples // baseline.world_size
+                fitting = [c for c in choices if c <= per_device]
+                if len(fitting) < len(choices):
+                    notes.append(f"removed batch sizes {[c for c in choices if c > per_device]}: the training set has {train_samples} samples ({per_device} per device)")
+                choices = fitting
             if name == "num_workers":
                 capped = [c for c in choices if c <= worker_cap]
                 if len(capped) < len(choices):
@@ -302,6 +313,9 @@ def resolve_space(
         elif name == "num_workers" and high > worker_cap:
             notes.append(f"num_workers capped at {worker_cap} (CPU cores per device), not {high}")
             high = worker_cap
+        if name == "batch_size" and train_samples and high > train_samples // baseline.world_size:
+            notes.append(f"batch_size capped at {train_samples // baseline.world_size}: the training set has {train_samples} samples")
+            high = train_samples // baseline.world_size
         low, high = min(low, base_value), max(high, base_value)
         if KNOB_TYPES[name] is int:
             low, high = int(low), int(high)

@@ -43,7 +43,7 @@ SETTINGS_ATTR = "autotune"
 #: Study user attribute holding the baseline's figures.
 BASELINE_ATTR = "baseline"
 #: Settings that must not change when a study is resumed.
-_FIXED_ON_RESUME = ("objective", "samples", "devices", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class")
+_FIXED_ON_RESUME = ("objective", "samples", "devices", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
 
 
 class Interrupted(AutotuneError):
@@ -167,7 +167,8 @@ def _sqlite_path(url: str) -> Path | None:
 def open_storage(url: str, *, create: bool = True):
     """An Optuna RDB storage for ``url``.
 
-    SQLite files get a 60 s lock timeout, and their folder is created when ``create``.
+    SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
+    (any other folder must exist).
 
     Raises:
         StorageError: Unknown scheme or driver, unreachable server, or (``create=False``) a SQLite
@@ -177,11 +178,19 @@ def open_storage(url: str, *, create: bool = True):
 
     path = _sqlite_path(url)
     engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
+        raise StorageError(f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db")
     if path is not None:
         if not create and not path.is_file():
             raise StorageError(f"study database {str(path)!r} does not exist; run `autotune search` first or give --storage")
-        if create:
+        if path.is_dir():
+            raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
+        if create and not path.parent.exists():
+            if path.parent != Path("studies"):
+                raise StorageError(f"storage {url!r}: folder {str(path.parent)!r} does not exist; create it first")
             path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            raise StorageError(f"storage {url!r}: {str(path.parent)!r} is not a folder")
         engine_kwargs = {"connect_args": {"timeout": 60}}
     elif "://" not in url:
         raise StorageError(f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db")
@@ -218,8 +227,10 @@ def load_study(study_name: str | None, storage_url: str):
     storage = open_storage(storage_url, create=False)
     names = _study_names(storage)
     if study_name is None:
+        if not names:
+            raise StorageError(f"{mask_url(storage_url)} holds no study; run `autotune search` first")
         if len(names) != 1:
-            raise StorageError(f"{mask_url(storage_url)} holds {len(names)} studies {names}; name one with --study-name")
+            raise StorageError(f"{mask_url(storage_url)} holds {len(names)} studies {names}; name one: autotune show NAME --storage URL")
         study_name = names[0]
     if study_name not in names:
         raise StorageError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
@@ -253,11 +264,28 @@ def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: 
             from autotune.space import find_space
 
             given = str(find_space(given).resolve())
+        if key == "config_file" and given is not None:
+            given = str(Path(given).resolve())
         if given is not None and given != settings.get(key):
             raise StudyMismatchError(
                 f"study {settings['study_name']!r} was created with {key}={settings.get(key)!r}, not {given!r}; "
                 "drop the flag to resume it, or give another --study-name for a new study"
             )
+
+
+def _with_study_values(opts: SearchOptions, settings: Mapping[str, Any]) -> SearchOptions:
+    """``opts`` with every unset option taken from a study's settings (to inspect the model again)."""
+    import dataclasses
+
+    values = {}
+    for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "seed"):
+        if getattr(opts, key) is None:
+            values[key] = settings.get(key)
+    if opts.space_file is None and settings.get("space_explicit"):
+        values["space_file"] = settings["space_file"]
+    if opts.monitor is None and not settings.get("monitor_explicit"):
+        values["monitor"] = None
+    return dataclasses.replace(opts, **values)
 
 
 def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> dict[str, Any]:
@@ -279,20 +307,18 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         raise UsageError(f"--devices must be >= 1, got {devices}")
     if hardware.accelerator == "gpu" and devices > hardware.device_count:
         raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
-    base = report["baseline"]
-    baseline = TrialConfig(
-        batch_size=int(base["batch_size"]),
-        precision=base["precision"],
-        accumulate_grad_batches=int(base["accumulate_grad_batches"]),
-        num_workers=int(base.get("num_workers") or 0),
-        lr=float(base["lr"]) if base.get("lr") is not None else None,
-        accelerator=hardware.accelerator,
-        devices=devices,
-        strategy="ddp" if devices > 1 else "auto",
-    )
+    if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
+        ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
+    baseline = _baseline_config(report["baseline"], hardware, devices, ui)
     applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in space}
     resolved, notes = resolve_space(
-        space, baseline=baseline, hardware=hardware, applicable=applicable, explicit=opts.space_file is not None, source=str(space_path)
+        space,
+        baseline=baseline,
+        hardware=hardware,
+        applicable=applicable,
+        explicit=opts.space_file is not None,
+        source=str(space_path),
+        train_samples=report.get("train_samples"),
     )
     for note in notes:
         ui.warn(note)
@@ -302,7 +328,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         "model_class": report["model_class"],
         "data_class": report["data_class"],
         "config_file": config_file,
+        "user_config": report["user_config"],  # a snapshot: every trial and the export use these values
         "space_file": str(space_path),
+        "space_explicit": opts.space_file is not None,
         "space": resolved,
         "targets": report["targets"],
         "baseline_config": baseline.to_dict(),
@@ -315,6 +343,41 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         value = getattr(opts, key)
         settings[key] = default if value is None else value
     return settings
+
+
+def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui) -> TrialConfig:
+    """The baseline (the model's own values) as a TrialConfig.
+
+    A precision this machine does not run natively is replaced by what Lightning runs instead
+    ("16-mixed" on CPU runs as "bf16-mixed"), with a warning; one with no such replacement is an error.
+
+    Raises:
+        UsageError: A value of the model or its ``--config`` has the wrong type or range.
+    """
+    from autotune.hardware import unsupported_precisions
+
+    precision = base["precision"]
+    removed = unsupported_precisions(hardware)
+    if precision in removed:
+        if hardware.accelerator == "cpu" and precision == "16-mixed":
+            ui.warn(f"the baseline's precision '16-mixed' runs as 'bf16-mixed' on CPU; the baseline uses 'bf16-mixed'")
+            precision = "bf16-mixed"
+        else:
+            raise UsageError(f"the baseline's precision {precision!r} cannot run here ({removed[precision]}); set trainer.precision in --config")
+    try:
+        return TrialConfig(
+            batch_size=int(base["batch_size"]),
+            precision=precision,
+            accumulate_grad_batches=int(base["accumulate_grad_batches"]),
+            num_workers=int(base.get("num_workers") or 0),
+            lr=float(base["lr"]) if base.get("lr") is not None else None,
+            accelerator=hardware.accelerator,
+            devices=devices,
+            strategy="ddp" if devices > 1 else "auto",
+        )
+    except (TypeError, ValueError) as e:
+        values = {k: base.get(k) for k in ("batch_size", "accumulate_grad_batches", "num_workers", "lr")}
+        raise UsageError(f"the model's own values {values} are not all numbers ({e}); fix them in the model or in --config") from None
 
 
 def _measure_attrs(outcome, config: TrialConfig) -> dict[str, Any]:
@@ -352,6 +415,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         "model_class": settings["model_class"],
         "data_class": settings["data_class"],
         "config_file": settings["config_file"],
+        "user_config": settings.get("user_config"),
         "targets": settings["targets"],
         "config": config.to_dict(),
         "samples": settings["samples"],
@@ -384,7 +448,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     trial.set_user_attr("launch", "cold" if ctx.pools.cold else "warm")
     trial.set_user_attr("slot", slot.description)
     trial.set_user_attr("shared_host", ctx.jobs > 1)
-    for key, value in _overhead(outcome).items():
+    for key, value in {**outcome.timing, **_overhead(outcome)}.items():
         trial.set_user_attr(key, value)
     trial.set_user_attr("wall_seconds", outcome.wall_seconds)
     trial.set_user_attr("process_group", outcome.process_group)
@@ -510,6 +574,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
 
     check_search_options(opts)
     model_file = check_model_file(opts.model_file)
+    if opts.out:
+        check_out_path(Path(opts.out))
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -525,6 +591,11 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         if settings is None:
             raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
         _check_resume(settings, opts, model_file)
+        if study.user_attrs.get(BASELINE_ATTR) is None:
+            # no baseline yet (it failed): the model or its config may have been fixed, so look again
+            fresh = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
+            study.set_user_attr(SETTINGS_ATTR, fresh)
+            settings = fresh
         if opts.trial_timeout is not None:
             settings = {**settings, "trial_timeout": opts.trial_timeout}
         ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
@@ -558,6 +629,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     run_start = time.monotonic()
     ran = 0
     try:
+        ctx.pools.start_all(slots)
         while ran < opts.trials and study.user_attrs.get(BASELINE_ATTR) is None:
             study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
             trial = study.ask()
@@ -567,7 +639,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             if frozen.state != optuna.trial.TrialState.COMPLETE:
                 raise BaselineFailedError(
                     f"the baseline trial {frozen.number} (the model's own config) failed: {frozen.user_attrs.get('fail_reason')}; "
-                    "fix the model so its defaults train, then run the same command again"
+                    "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
+                    "the study is inspected again while it has no baseline"
                 )
             study.set_user_attr(
                 BASELINE_ATTR,
@@ -723,8 +796,9 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     from autotune.loader import read_user_config
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
-    user_config = read_user_config(settings["config_file"]) if settings.get("config_file") and Path(settings["config_file"]).is_file() else None
+    user_config = settings.get("user_config") or read_user_config(None)
     doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None)
+    doc = {**user_config.get("extra", {}), **doc}
     sps, loss = trial.user_attrs["samples_per_sec"], trial.user_attrs["loss"]
     b_sps, b_loss = baseline.user_attrs["samples_per_sec"], baseline.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings["monitor"])
@@ -736,12 +810,28 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
         f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}",
         f"versions: {_versions()}",
-        f"run: python train.py fit --config {out.name}",
+        f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
         "",
     ]
+    check_out_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_yaml(doc, header, notes))
     return out
+
+
+def check_out_path(out: Path) -> None:
+    """Check that a YAML can be written at ``out``.
+
+    Raises:
+        UsageError: ``out`` is a folder, or a part of its folder path is a file.
+    """
+    if out.is_dir():
+        raise UsageError(f"--out {str(out)!r} is a folder; give a file path such as {str(out / 'best.yaml')!r}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a folder")
+            break
 
 
 def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:

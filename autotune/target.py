@@ -97,11 +97,13 @@ def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str,
 
 
 def _load(spec: Mapping[str, Any]):
+    """The user's classes and config: the study's snapshot of ``--config`` when the spec has one."""
     from autotune.loader import find_classes, load_user_module, read_user_config
 
     module = load_user_module(spec["model_file"])
     model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
-    return model_cls, data_cls, read_user_config(spec.get("config_file"))
+    user_config = spec.get("user_config") or read_user_config(spec.get("config_file"))
+    return model_cls, data_cls, user_config
 
 
 def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,6 +145,8 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
         baseline["num_workers"] = 0
     return {
         "hardware": hardware.to_dict(),
+        "user_config": user_config,
+        "train_samples": _train_samples(datamodule or model),
         "model_class": model_cls.__name__,
         "data_class": data_cls.__name__ if data_cls else None,
         "targets": {k: t.to_dict() for k, t in targets.items()},
@@ -152,6 +156,16 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "data": [p for p in _init_params(data_cls) if p != "self"] if data_cls else [],
         },
     }
+
+
+def _train_samples(holder: Any) -> int | None:
+    """Length of the training set (best effort: ``setup("fit")`` then ``train_dataloader()``), or ``None``."""
+    try:
+        if hasattr(holder, "setup"):
+            holder.setup("fit")
+        return len(holder.train_dataloader().dataset)
+    except Exception:  # iterable datasets, loaders needing a Trainer, ...: the space stays as written
+        return None
 
 
 def _canonical_precision(value: Any) -> str:

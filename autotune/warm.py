@@ -68,6 +68,11 @@ class WarmPool:
 
     def start(self) -> dict[str, Any]:
         """Start the zygote and wait until it has imported everything. Returns its ready message."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the zygote without waiting (see :meth:`wait_ready`); lets several import at once."""
         self.digest = file_digest(self.model_file)
         log = open(self.log_path, "ab")
         try:
@@ -81,6 +86,13 @@ class WarmPool:
             )
         finally:
             log.close()
+
+    def wait_ready(self) -> dict[str, Any]:
+        """Wait until the spawned zygote has imported everything. Returns its ready message.
+
+        Raises:
+            AutotuneError: It exited or did not become ready within :data:`READY_TIMEOUT` s.
+        """
         message = self._read(timeout=READY_TIMEOUT)
         if message is None or "ready" not in message:
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""

@@ -225,10 +225,27 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--loss-tolerance", 2], "--loss-tolerance must be in [0, 1)"),
         (["dashboard", "studies/none.db"], "study database 'studies/none.db' does not exist"),
         (["show", "nostudy"], "does not exist"),
+        (["search", MODELS / "tiny.py", "--storage", "sqlite://"], "is an in-memory database"),
+        (["search", MODELS / "tiny.py", "--storage", "sqlite:///nope/x.db"], "folder 'nope' does not exist; create it first"),
+        (["search", MODELS / "tiny.py", "--config", "typo.yaml"], "typo.yaml: unknown top-level key(s) ['modle']"),
+        (["search", MODELS / "tiny.py", "--config", "badvalue.yaml"], "are not all numbers"),
+        (["search", MODELS / "tiny.py", "--out", "."], "is a folder; give a file path"),
+        (["search", MODELS / "tiny.py", "--space", "empty.yaml"], "empty.yaml: the space names no knob"),
+        (["search", "required_arg.py"], "RequiresHidden needs argument(s) ['hidden'] (no default); give them in a --config YAML under model:"),
+        (["search", "exits.py"], "called sys.exit(3) when imported"),
+        (["dashboard", "x.db", "--port", "70000"], "--port must be in 1..65535"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
     (tmp_path / "bad_space.yaml").write_text("batchsize:\n  choices: [8]\n")
+    (tmp_path / "empty.yaml").write_text("# nothing\n")
+    (tmp_path / "typo.yaml").write_text("modle:\n  lr: 0.1\n")
+    (tmp_path / "badvalue.yaml").write_text("model:\n  lr: fast\n")
+    (tmp_path / "required_arg.py").write_text(
+        "import lightning.pytorch as pl\n\nclass RequiresHidden(pl.LightningModule):\n"
+        "    def __init__(self, hidden, batch_size=8):\n        super().__init__()\n"
+    )
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     r = cli(*args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
@@ -290,3 +307,16 @@ def test_postgres_storage_and_pytorch_lightning_flavour(tmp_path, cli):
     assert (settings["model_class"], settings["data_class"]) == ("PtlModel", "PtlData")
     assert yaml.safe_load((tmp_path / "ptl.yaml").read_text())["data"]["batch_size"] in (16, 32, 64, 128, 256, 512)
     optuna.delete_study(study_name=name, storage=POSTGRES)  # the shared test database stays tidy
+
+
+def test_config_precision_that_cpu_replaces_is_recorded_as_what_runs(tmp_path, cli):
+    (tmp_path / "cfg.yaml").write_text("trainer:\n  precision: 16-mixed\nmodel:\n  lr: 0.02\nseed_everything: 7\n")
+    db = tmp_path / "p16.db"
+    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--config", "cfg.yaml", "--storage", f"sqlite:///{db}",
+            "--out", "best.yaml", check_rc=0)
+    assert "runs as 'bf16-mixed' on CPU" in r.stdout
+    (trial,) = load(db, "tiny").trials
+    assert trial.state.name == "COMPLETE" and trial.params["precision"] == "bf16-mixed" == trial.user_attrs["precision_ran"]
+    assert trial.params["lr"] == 0.02
+    exported = yaml.safe_load((tmp_path / "best.yaml").read_text())
+    assert exported["seed_everything"] == 7 and exported["trainer"]["precision"] == "bf16-mixed"

@@ -1,0 +1,85 @@
+"""Warm trial processes: forked from a preloaded zygote, isolated like cold ones."""
+
+import json
+import shutil
+
+import optuna
+import pytest
+
+from autotune.runner import child_env, inspect_process, run_trial_process
+from autotune.warm import WarmPool
+from conftest import MODELS, load
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny_copy(tmp_path):
+    path = tmp_path / "tinycopy.py"
+    shutil.copy(MODELS / "tiny.py", path)
+    return path
+
+
+def _spec(model_file, targets, **config):
+    return {"model_file": str(model_file), "targets": targets, "samples": 512, "seed": 0, "config": {"batch_size": 16, "lr": 0.05, **config}}
+
+
+def test_zygote_is_cuda_free_survives_a_crash_and_notices_a_changed_file(tmp_path, tiny_copy, monkeypatch):
+    targets = inspect_process({"model_file": str(tiny_copy)})["targets"]
+    with WarmPool(tiny_copy, child_env({}), tmp_path / "warm.log") as pool:
+        ready = pool.start()
+        assert ready["cuda_initialized"] is False
+        monkeypatch.setenv("TINY_FAULTS", "1:kill")  # read by the trial at run time, passed through the request env
+        killed = run_trial_process(_spec(tiny_copy, targets), timeout=60, trial_number=1, expected_ranks=1, devices=1, pool=pool,
+                                   slot_env={"TINY_FAULTS": "1:kill"})
+        assert killed.fail_kind == "killed" and "SIGKILL" in killed.fail_reason
+        ok = run_trial_process(_spec(tiny_copy, targets), timeout=60, trial_number=2, expected_ranks=1, devices=1, pool=pool)
+        assert ok.ok, ok.fail_reason
+        assert ok.ranks[0]["config"]["batch_size"] == 16
+        assert pool.alive and not pool.stale()
+        tiny_copy.write_text(tiny_copy.read_text() + "\n# edited\n")
+        assert pool.stale()
+
+
+def test_warm_and_cold_trials_give_the_same_config_and_results(tmp_path, cli):
+    losses = {}
+    for mode in ("warm", "cold"):
+        db = tmp_path / f"{mode}.db"
+        extra = ["--cold"] if mode == "cold" else []
+        cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 512, "--storage", f"sqlite:///{db}", *extra, check_rc=0)
+        trials = load(db, "tiny").trials
+        assert all(t.user_attrs["launch"] == mode for t in trials)
+        losses[mode] = [(t.params, t.user_attrs.get("loss"), t.user_attrs.get("batches")) for t in trials]
+    for (p_warm, l_warm, b_warm), (p_cold, l_cold, b_cold) in zip(losses["warm"], losses["cold"]):
+        assert p_warm == p_cold and b_warm == b_cold
+        assert l_warm == pytest.approx(l_cold, rel=1e-5)
+
+
+def test_warm_two_rank_ddp_and_start_up_accounting(tmp_path, cli):
+    db = tmp_path / "ddp.db"
+    cli("search", MODELS / "tiny.py", "--trials", 2, "--devices", 2, "--samples", 512, "--storage", f"sqlite:///{db}", check_rc=0)
+    study = load(db, "tiny")
+    for t in study.trials:
+        assert t.state == optuna.trial.TrialState.COMPLETE, t.user_attrs.get("fail_reason")
+        assert [r["rank"] for r in t.user_attrs["ranks"]] == [0, 1]
+        assert all(r["config"] == t.user_attrs["config"] for r in t.user_attrs["ranks"])
+        assert 0 < t.user_attrs["startup_seconds"] < t.user_attrs["wall_seconds"]
+        assert t.user_attrs["training_seconds"] > 0 and t.user_attrs["teardown_seconds"] >= 0
+    (run,) = study.user_attrs["runs"]
+    assert run["trials"] == 2 and run["launch"] == "warm" and 0 < run["overhead_fraction"] < 1
+
+
+def test_two_jobs_run_at_once_on_disjoint_cores(tmp_path, cli):
+    db = tmp_path / "jobs.db"
+    r = cli("search", MODELS / "tiny.py", "--trials", 5, "--jobs", 2, "--samples", 20000, "--storage", f"sqlite:///{db}", check_rc=0)
+    assert "job 0: cores 0" in r.stdout and "job 1: cores 1" in r.stdout
+    trials = load(db, "tiny").trials
+    assert len(trials) == 5 and all(t.state.name == "COMPLETE" for t in trials)
+    assert all(t.user_attrs["shared_host"] for t in trials)
+    parallel = [t for t in trials[1:]]
+    assert {t.user_attrs["slot"] for t in parallel} == {"job 0: cores 0", "job 1: cores 1"}
+    overlap = any(
+        a.user_attrs["launch_time"] < b.user_attrs["exit_time"] and b.user_attrs["launch_time"] < a.user_attrs["exit_time"]
+        for i, a in enumerate(parallel) for b in parallel[i + 1:]
+    )
+    assert overlap, [(t.user_attrs["launch_time"], t.user_attrs["exit_time"]) for t in parallel]
