@@ -168,6 +168,14 @@ class ConsoleUI:
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
             self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
+        runs = study.user_attrs.get("runs") or []
+        if runs and runs[-1].get("overhead_fraction") is not None:
+            run = runs[-1]
+            self.console.print(
+                f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s ({run['launch']} trial processes, {run['jobs']} job(s)); "
+                f"{run['overhead_fraction']:.0%} of it outside training steps",
+                markup=False,
+            )
         if recommended is None:
             self.console.print("no feasible trial yet: nothing to recommend")
             return

@@ -83,3 +83,21 @@ def test_two_jobs_run_at_once_on_disjoint_cores(tmp_path, cli):
         for i, a in enumerate(parallel) for b in parallel[i + 1:]
     )
     assert overlap, [(t.user_attrs["launch_time"], t.user_attrs["exit_time"]) for t in parallel]
+
+
+def test_slot_pools_rebuild_the_warm_process_when_the_model_file_changes(tmp_path, tiny_copy):
+    from autotune.jobs import Slot, SlotPools
+
+    pools = SlotPools(str(tiny_copy), cold=False, log_dir=str(tmp_path))
+    try:
+        slot = Slot(0)
+        first = pools.get(slot)
+        assert pools.get(slot) is first  # unchanged file: the same warm process
+        first_pid = first.proc.pid
+        tiny_copy.write_text(tiny_copy.read_text() + "\nEDITED = True\n")
+        second = pools.get(slot)
+        assert second is not first and second.proc.pid != first_pid and second.alive
+        assert first.proc is None  # the old one was closed
+    finally:
+        pools.close()
+    assert SlotPools(str(tiny_copy), cold=True, log_dir=str(tmp_path)).get(Slot(0)) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
+from sklearn.datasets import load_digits
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -33,8 +34,6 @@ class DigitsDataModule(pl.LightningDataModule):
         self.seed = seed
 
     def setup(self, stage: str | None = None) -> None:
-        from sklearn.datasets import load_digits
-
         digits = load_digits()
         x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         y = torch.tensor(digits.target, dtype=torch.long)
