@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
 
+    w = sub.add_parser("worker", parents=[common], help="join a study from this machine and run its queued trials (shared budget)")
+    _add_storage(w)
+    w.add_argument("--study-name", help="the study (needed when the storage holds several)")
+    w.add_argument("--timeout", type=_number, help="stop taking new trials after this many seconds")
+    w.add_argument("--jobs", type=_positive_int, default=1, help="trials at once on this machine (default 1)")
+    w.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process")
+    w.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
+
     d = sub.add_parser("dashboard", parents=[common], help="open a study storage in optuna-dashboard on 127.0.0.1")
     d.add_argument("storage_target", nargs="?", metavar="DB_PATH_OR_STORAGE_URL", help="default: $AUTOTUNE_STORAGE or the only studies/*.db")
     d.add_argument("--port", type=_positive_int, default=8080)
@@ -103,6 +111,20 @@ def _cmd_search(args) -> int:
 
     study, settings = load_study(result.study_name, result.storage)
     ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
+    return 0
+
+
+def _cmd_worker(args) -> int:
+    from autotune.report import ConsoleUI
+    from autotune.study import ENV_STORAGE, load_study, run_worker
+
+    url = args.storage or os.environ.get(ENV_STORAGE)
+    if not url:
+        raise UsageError(f"autotune worker needs the study's storage: give --storage URL or set ${ENV_STORAGE}")
+    ui = ConsoleUI(quiet=args.quiet)
+    result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout)
+    study, settings = load_study(result.study_name, result.storage)
+    ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.trials)}")
     return 0
 
 
@@ -145,7 +167,7 @@ def _cmd_dashboard(args) -> int:
     return 0
 
 
-_COMMANDS = {"search": _cmd_search, "show": _cmd_show, "export": _cmd_export, "dashboard": _cmd_dashboard}
+_COMMANDS = {"search": _cmd_search, "worker": _cmd_worker, "show": _cmd_show, "export": _cmd_export, "dashboard": _cmd_dashboard}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,33 @@ class TrialOutcome:
     timing: dict[str, float] = field(default_factory=dict)
 
 
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``).
+
+    A trial lives in a session of its own, so without this a worker killed with SIGKILL would leave
+    its trial running. A no-op where ``prctl`` is not available.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def end_group_on_sigterm() -> None:
+    """In a trial process (a process group leader): on SIGTERM, SIGKILL the whole group.
+
+    With :func:`die_with_parent` (``SIGTERM``), a trial whose worker dies takes its ranks and
+    DataLoader workers with it.
+    """
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
+
+
+def _trial_preexec() -> None:
+    die_with_parent(signal.SIGTERM)
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL every process of a process group; a group already gone is fine."""
     try:
@@ -128,6 +155,7 @@ def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str]
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=dict(env),
+            preexec_fn=_trial_preexec,
         )
         timed_out = False
         try:

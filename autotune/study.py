@@ -30,6 +30,8 @@ __all__ = [
     "open_storage",
     "load_study",
     "run_search",
+    "run_worker",
+    "drain_queue",
     "records_of",
     "recommendation",
     "export_study",
@@ -50,7 +52,7 @@ class Interrupted(AutotuneError):
     """The user pressed Ctrl-C; ``resume`` is the command that continues the study."""
 
     def __init__(self, resume: str):
-        super().__init__(f"interrupted; finished trials are kept. Resume with:\n  {resume}")
+        super().__init__(f"interrupted; finished trials are kept. Resume with:\n  {resume}" if resume else "interrupted; finished trials are kept")
         self.resume = resume
 
 
@@ -164,11 +166,32 @@ def _sqlite_path(url: str) -> Path | None:
     return None
 
 
-def open_storage(url: str, *, create: bool = True):
+#: Seconds between a running trial's heartbeats, and after which a silent trial is stale
+#: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
+HEARTBEAT_INTERVAL = 10
+HEARTBEAT_GRACE = 60
+
+
+def _heartbeat_kwargs() -> dict[str, Any]:
+    import optuna
+
+    def stale(study, trial) -> None:
+        study.set_user_attr(f"stale_trial_{trial.number}", "stale: its worker stopped sending heartbeats (killed, or its machine lost); retried once")
+        optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
+
+    return {
+        "heartbeat_interval": int(os.environ.get("AUTOTUNE_HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL)),
+        "grace_period": int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE", HEARTBEAT_GRACE)),
+        "heartbeat_stale_trial_callback": stale,
+    }
+
+
+def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     """An Optuna RDB storage for ``url``.
 
     SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
-    (any other folder must exist).
+    (any other folder must exist). With ``heartbeat``, running trials send heartbeats and a trial
+    silent for the grace period is failed as stale and retried once (processes that run trials).
 
     Raises:
         StorageError: Unknown scheme or driver, unreachable server, or (``create=False``) a SQLite
@@ -194,13 +217,28 @@ def open_storage(url: str, *, create: bool = True):
         engine_kwargs = {"connect_args": {"timeout": 60}}
     elif "://" not in url:
         raise StorageError(f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db")
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
-        masked = mask_url(url)
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        detail = detail.replace(url, masked)
-        raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
+    import warnings
+
+    masked = mask_url(url)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {}))
+        except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
+            detail = (str(e).splitlines()[0] if str(e) else type(e).__name__).replace(url, masked)
+            if "upgrade" in str(e) and "storage" in str(e):
+                raise StorageError(
+                    f"the database {masked!r} was made by an older Optuna and needs a schema upgrade; back it up, then run: "
+                    f"optuna storage upgrade --storage {masked}"
+                ) from None
+            racing = type(e).__name__ in ("IntegrityError", "ProgrammingError") or (type(e).__name__ == "OperationalError" and "locked" in detail)
+            if attempt < 2 and racing:
+                # another process is creating the same tables right now: try again once they exist
+                time.sleep(0.5 + attempt)
+                continue
+            raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
+    raise AssertionError("unreachable")
 
 
 def _study_names(storage) -> list[str]:
@@ -422,6 +460,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         "seed": settings["seed"],
     }
     slot = ctx.take_slot()
+    beating = _start_heartbeat(study, trial)
     try:
         outcome = run_trial_process(
             spec,
@@ -441,8 +480,13 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
 
         outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
     finally:
+        beating.set()
         ctx.running.pop(trial.number, None)
         ctx.give_slot(slot)
+    if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
+        # another worker failed this trial as stale meanwhile (and retried it): log, never crash
+        ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored")
+        return study.get_trials(deepcopy=False)[trial.number]
     if ctx.stop.is_set() and not outcome.ok:
         outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
     trial.set_user_attr("launch", "cold" if ctx.pools.cold else "warm")
@@ -479,17 +523,44 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
                 trial.set_user_attr("constraint", constraint if math.isfinite(constraint) else None)
                 trial.set_user_attr("feasible", constraint <= 0)
                 values = objective_values(settings["objective"], sps, loss)
-    if kind is not None:
-        trial.set_user_attr("fail_kind", kind)
-        trial.set_user_attr("fail_reason", reason)
-        if outcome.log_tail:
-            trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    else:
-        study.tell(trial, values)
+    try:
+        if kind is not None:
+            trial.set_user_attr("fail_kind", kind)
+            trial.set_user_attr("fail_reason", reason)
+            if outcome.log_tail:
+                trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, values)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError) as e:
+        # another worker failed this trial as stale meanwhile (and retried it): log, never crash
+        ui.warn(f"trial {trial.number} finished after it was marked failed elsewhere; its result is not stored ({e})")
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
+
+
+def _start_heartbeat(study, trial):
+    """Record the trial's heartbeat every interval until the returned event is set (RDB storages)."""
+    import threading
+
+    stop = threading.Event()
+    storage = study._storage
+    interval = storage.get_heartbeat_interval() if hasattr(storage, "get_heartbeat_interval") else None
+    if not interval:
+        return stop
+
+    def beat() -> None:
+        while True:
+            try:
+                storage.record_heartbeat(trial._trial_id)
+            except Exception:  # a database hiccup: the next beat retries
+                pass
+            if stop.wait(interval):
+                return
+
+    threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True).start()
+    return stop
 
 
 def _overhead(outcome) -> dict[str, float]:
@@ -570,7 +641,6 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
 
     from autotune.loader import check_model_file
     from autotune.objective import directions
-    from autotune.space import baseline_params, suggest_config
 
     check_search_options(opts)
     model_file = check_model_file(opts.model_file)
@@ -584,7 +654,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     if sqlite_path is not None and not sqlite_path.exists():
         # a new database: check the model before creating any file, so bad input leaves nothing behind
         settings = _create_settings(opts, model_file, study_name, ui)
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url, heartbeat=True)
     if study_name in _study_names(storage):
         study = optuna.load_study(study_name=study_name, storage=storage)
         settings = study.user_attrs.get(SETTINGS_ATTR)
@@ -601,11 +671,14 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
     else:
         settings = settings or _create_settings(opts, model_file, study_name, ui)
-        study = optuna.create_study(
-            study_name=study_name,
-            storage=storage,
-            directions=directions(settings["objective"], settings["mode"]),
-        )
+        try:
+            study = optuna.create_study(
+                study_name=study_name,
+                storage=storage,
+                directions=directions(settings["objective"], settings["mode"]),
+            )
+        except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
+            study = optuna.load_study(study_name=study_name, storage=storage)
         study.set_user_attr(SETTINGS_ATTR, settings)
         import warnings
 
@@ -614,53 +687,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             study.set_metric_names(["samples_per_sec", settings["monitor"]] if settings["objective"] == "pareto" else ["samples_per_sec"])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials))
-    resolved = settings["space"]
-    baseline_config = TrialConfig.from_dict(settings["baseline_config"])
     ui.search_started(settings, opts.trials)
-    slots = _plan_slots(settings, opts)
-    if len(slots) > 1:
-        ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
-    import tempfile
-
-    from autotune.jobs import SlotPools
-
-    log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
-    ctx = _RunContext(slots, SlotPools(settings["model_file"], opts.cold, log_dir, ui), len(slots))
-    run_start = time.monotonic()
-    ran = 0
-    try:
-        ctx.pools.start_all(slots)
-        while ran < opts.trials and study.user_attrs.get(BASELINE_ATTR) is None:
-            study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
-            trial = study.ask()
-            ctx.asked.append(trial.number)
-            frozen = _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, True, ui, ctx)
-            ran += 1
-            if frozen.state != optuna.trial.TrialState.COMPLETE:
-                raise BaselineFailedError(
-                    f"the baseline trial {frozen.number} (the model's own config) failed: {frozen.user_attrs.get('fail_reason')}; "
-                    "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
-                    "the study is inspected again while it has no baseline"
-                )
-            study.set_user_attr(
-                BASELINE_ATTR,
-                {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
-            )
-        ran += _run_parallel(study, opts.trials - ran, resolved, baseline_config, settings, ui, ctx)
-    except KeyboardInterrupt:
-        ctx.stop.set()
-        ctx.kill_running()
-        for number in ctx.asked:  # Ctrl-C may land between ask and tell, outside the trial process
-            _fail_interrupted(study, number)
-        trials = study.get_trials(deepcopy=False)
-        ran = sum(1 for n in ctx.asked if trials[n].user_attrs.get("fail_kind") != "interrupted")
-        raise Interrupted(_resume_command(settings, storage_url, opts.trials - ran)) from None
-    finally:
-        ctx.pools.close()
-        import shutil
-
-        shutil.rmtree(log_dir, ignore_errors=True)
-        _record_run(study, run_start, ctx, opts)
+    ran = drain_queue(study, settings, ui, add=opts.trials, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url)
     recommended, baseline = recommendation(study, settings)
     export_path = None
     if recommended is not None:
@@ -670,49 +698,229 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
 
 
-def _plan_slots(settings: Mapping[str, Any], opts: SearchOptions):
+def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, cold: bool = False, timeout: float | None = None) -> SearchResult:
+    """Join an existing study and run its queued trials (``autotune worker``).
+
+    Every setting comes from the study. The worker stops when the study's queue is empty (its shared
+    budget is spent), after ``timeout`` seconds, or on Ctrl-C. The model file must be at the same
+    path on this machine as where the study was created (a shared file system or the same checkout).
+
+    Raises:
+        StorageError: The storage or study cannot be opened.
+        BaselineFailedError: The baseline trial failed.
+        Interrupted: Ctrl-C.
+    """
+    import optuna
+
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study, settings = load_study(study_name, storage_url)
+    study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
+    if not Path(settings["model_file"]).is_file():
+        raise UsageError(f"study {study.study_name!r} trains {settings['model_file']!r}, which is not on this machine; use the same path here")
+    study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
+    ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
+    ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout)
+    recommended, baseline = recommendation(study, settings)
+    return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+
+
+def _plan_slots(settings: Mapping[str, Any], jobs: int):
     from autotune.hardware import Hardware
     from autotune.jobs import plan_slots
 
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    return plan_slots(Hardware.from_dict(settings["hardware"]), int(settings["devices"]), opts.jobs, cpus)
+    return plan_slots(Hardware.from_dict(settings["hardware"]), int(settings["devices"]), jobs, cpus)
 
 
-def _run_parallel(study, n: int, resolved, baseline_config: TrialConfig, settings, ui, ctx: _RunContext) -> int:
-    """Run ``n`` sampled trials, up to one per slot at a time. Returns how many were told."""
-    from autotune.space import suggest_config
+def _claim(study, baseline_only: bool):
+    """Atomically take a WAITING trial of the study (the shared budget), as Optuna's ``ask`` does.
 
-    claimed = [0]
+    Returns:
+        An ``optuna.trial.Trial`` now RUNNING, or ``None`` when no (baseline, if ``baseline_only``)
+        trial is waiting.
+    """
+    import optuna
+
+    storage = study._storage
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        if baseline_only and not frozen.user_attrs.get("baseline"):
+            continue
+        try:
+            if not storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.RUNNING):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        study.sampler.before_trial(study, storage.get_trial(frozen._trial_id))
+        return optuna.trial.Trial(study, frozen._trial_id)
+    return None
+
+
+def _others_running(study, ctx: "_RunContext") -> bool:
+    """Whether a trial that this process did not take is still RUNNING (in another worker)."""
+    mine = set(ctx.asked)
+    return any(t.state.name == "RUNNING" and t.number not in mine for t in study.get_trials(deepcopy=False))
+
+
+def _baseline_pending(study) -> bool:
+    """Whether a baseline trial is waiting or running (so its result is still to come)."""
+    return any(
+        t.user_attrs.get("baseline") and t.state.name in ("WAITING", "RUNNING") for t in study.get_trials(deepcopy=False)
+    )
+
+
+def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
+                storage_url: str = "", timeout: float | None = None) -> int:
+    """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
+
+    The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
+    takes atomically (Optuna's own queue), so many processes on many machines run each budgeted trial
+    once. A new study's first queued trial is the baseline; the rest of this run's trials are queued
+    only when it has completed, and no process starts a sampled trial before that. Stale trials (a
+    worker that stopped sending heartbeats) are failed and retried once (Optuna's
+    ``RetryFailedTrialCallback``).
+
+    Args:
+        study, settings: The study and its autotune settings.
+        ui: Output.
+        add: Trials this run adds to the budget (0 for ``autotune worker``).
+        jobs: Trials at once in this process (see :mod:`autotune.jobs`).
+        cold: Start trials as fresh processes instead of forking warm ones.
+        storage_url: For the resume command.
+        timeout: Stop taking new trials after this many seconds.
+
+    Returns:
+        Trials this process ran.
+
+    Raises:
+        BaselineFailedError: The baseline trial failed.
+        Interrupted: Ctrl-C; running trials are stored as failed (``interrupted``), queued ones stay.
+    """
+    import optuna
+
+    from autotune.jobs import SlotPools
+    from autotune.space import baseline_params, suggest_config
+
+    resolved = settings["space"]
+    baseline_config = TrialConfig.from_dict(settings["baseline_config"])
+    _fail_stale(study)
+    pending = [0]
+    if add:
+        if study.user_attrs.get(BASELINE_ATTR) is None:
+            if not _baseline_pending(study):
+                study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
+                add -= 1
+            pending[0] = add
+        else:
+            for _ in range(add):
+                study.enqueue_trial({})
+    slots = _plan_slots(settings, jobs)
+    if len(slots) > 1:
+        ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
+    import tempfile
+
+    log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
+    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui), len(slots))
+    deadline = time.monotonic() + timeout if timeout else None
+    failed_baseline: list[Any] = []
 
     def work() -> None:
-        while True:
+        while not ctx.stop.is_set() and not failed_baseline and (deadline is None or time.monotonic() < deadline):
             with ctx.lock:
-                if claimed[0] >= n or ctx.stop.is_set():
+                _fail_stale(study)
+                need_baseline = study.user_attrs.get(BASELINE_ATTR) is None
+                trial = _claim(study, baseline_only=need_baseline)
+                if trial is not None:
+                    ctx.asked.append(trial.number)
+            if trial is None:
+                if need_baseline and _baseline_pending(study):
+                    time.sleep(1.0)  # another process runs the baseline
+                    continue
+                if need_baseline and not failed_baseline:
+                    failed_baseline.append(None)
                     return
-                claimed[0] += 1
-                trial = study.ask()
-                ctx.asked.append(trial.number)
-            _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, False, ui, ctx)
+                if _others_running(study, ctx):
+                    # the queue is empty, but another process's trial may still go stale and be retried
+                    time.sleep(1.0)
+                    continue
+                return
+            is_baseline = bool(trial.user_attrs.get("baseline")) or need_baseline
+            frozen = _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, is_baseline, ui, ctx)
+            if not is_baseline:
+                continue
+            if frozen.state != optuna.trial.TrialState.COMPLETE:
+                failed_baseline.append(frozen)
+                return
+            with ctx.lock:
+                for _ in range(pending[0]):  # queue first, then publish the baseline: no worker sees an empty queue
+                    study.enqueue_trial({})
+                pending[0] = 0
+                study.set_user_attr(
+                    BASELINE_ATTR,
+                    {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
+                )
 
-    if ctx.jobs == 1:
-        work()
-        return claimed[0]
-    import concurrent.futures
+    run_start = time.monotonic()
+    try:
+        ctx.pools.start_all(slots)
+        if ctx.jobs == 1:
+            work()
+        else:
+            import concurrent.futures
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=ctx.jobs) as executor:
-        futures = [executor.submit(work) for _ in range(ctx.jobs)]
-        try:
-            for future in futures:
-                future.result()
-        except KeyboardInterrupt:
-            ctx.stop.set()
-            ctx.kill_running()
-            concurrent.futures.wait(futures)
-            raise
-    return claimed[0]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=ctx.jobs) as executor:
+                futures = [executor.submit(work) for _ in range(ctx.jobs)]
+                try:
+                    for future in futures:
+                        future.result()
+                except KeyboardInterrupt:
+                    ctx.stop.set()
+                    ctx.kill_running()
+                    concurrent.futures.wait(futures)
+                    raise
+    except KeyboardInterrupt:
+        ctx.stop.set()
+        ctx.kill_running()
+        for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
+            _fail_interrupted(study, number)
+        waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
+        resume = ""
+        if waiting and not pending[0]:
+            resume = shlex.join(["autotune", "worker", "--study-name", settings["study_name"], "--storage", mask_url(storage_url)])
+        elif pending[0]:
+            resume = _resume_command(settings, storage_url, pending[0] + 1)
+        raise Interrupted(resume) from None
+    finally:
+        ctx.pools.close()
+        import shutil
+
+        shutil.rmtree(log_dir, ignore_errors=True)
+        _record_run(study, run_start, ctx, cold)
+    if failed_baseline:
+        frozen = failed_baseline[0]
+        reason = frozen.user_attrs.get("fail_reason") if frozen is not None else "it failed in another process (see `autotune show`)"
+        number = frozen.number if frozen is not None else "?"
+        raise BaselineFailedError(
+            f"the baseline trial {number} (the model's own config) failed: {reason}; "
+            "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
+            "the study is inspected again while it has no baseline"
+        )
+    return len(ctx.asked)
 
 
-def _record_run(study, run_start: float, ctx: _RunContext, opts: SearchOptions) -> None:
+def _fail_stale(study) -> None:
+    """Fail trials whose worker stopped sending heartbeats (RDB storages with heartbeats only)."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def _record_run(study, run_start: float, ctx: _RunContext, cold: bool) -> None:
     """Append this run's overhead figures to the study's ``runs`` attribute (best effort)."""
     try:
         wall = time.monotonic() - run_start
@@ -725,7 +933,7 @@ def _record_run(study, run_start: float, ctx: _RunContext, opts: SearchOptions) 
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "trials": len(trials),
                 "jobs": ctx.jobs,
-                "launch": "cold" if opts.cold else "warm",
+                "launch": "cold" if cold else "warm",
                 "wall_seconds": wall,
                 "training_seconds": training,
                 "overhead_fraction": 1.0 - training / (wall * ctx.jobs) if wall > 0 else None,

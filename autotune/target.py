@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     command, spec_path, out = argv
     spec = json.loads(Path(spec_path).read_text())
     if command == "run":
+        from autotune.runner import end_group_on_sigterm
+
+        end_group_on_sigterm()  # sent when the worker that started this trial dies
         return run_trial(spec, Path(out))
     try:
         _quiet()

@@ -83,6 +83,7 @@ class WarmPool:
                 stderr=log,
                 start_new_session=True,
                 env=self.env,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -191,11 +192,23 @@ class WarmPool:
         self.close()
 
 
+def _die_with_parent() -> None:
+    from autotune.runner import die_with_parent
+
+    die_with_parent()
+
+
 def _child(request: Mapping[str, Any]) -> None:
     """In the forked child: new session, own output, the trial's environment; never returns."""
     code = 1
     try:
         os.setsid()
+        import signal
+
+        from autotune.runner import die_with_parent, end_group_on_sigterm
+
+        end_group_on_sigterm()
+        die_with_parent(signal.SIGTERM)  # the trial (its whole group) ends with its warm process
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)

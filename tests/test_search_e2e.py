@@ -204,9 +204,9 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "Resume with:" in err and "autotune search" in err and "--trials 2" in err
+    assert "Resume with:" in err and "autotune worker --study-name tiny --storage" in err
     trials = load(db, "tiny").trials
-    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]  # the queued trial stays for the resume
     assert trials[1].user_attrs["fail_kind"] == "interrupted"
     assert not _group_alive(trials[1].user_attrs.get("process_group", -1)) if "process_group" in trials[1].user_attrs else True
 

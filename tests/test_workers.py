@@ -1,0 +1,126 @@
+"""Many processes on one study: PostgreSQL workers sharing a budget, a killed worker, fresh-database races."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import optuna
+import pytest
+
+from conftest import MODELS
+
+pytestmark = pytest.mark.slow
+ADMIN = "host=127.0.0.1 port=5432 dbname=test user=root"
+
+
+def _postgres_answers():
+    try:
+        import psycopg
+
+        psycopg.connect(ADMIN, connect_timeout=3).close()
+        return True
+    except Exception:
+        return False
+
+
+requires_postgres = pytest.mark.skipif(not _postgres_answers(), reason="no PostgreSQL server answers on 127.0.0.1:5432 (database test)")
+
+
+@pytest.fixture
+def fresh_database():
+    """A new, empty PostgreSQL database (dropped afterwards): the table-creation race needs one."""
+    import psycopg
+
+    name = f"autotune_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql+psycopg://root@127.0.0.1:5432/{name}"
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _spawn(args, cwd, env=None):
+    full = {**os.environ, **(env or {})}
+    full.pop("AUTOTUNE_STORAGE", None)
+    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], cwd=cwd, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_study(url, name, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return optuna.load_study(study_name=name, storage=url)
+        except Exception:
+            time.sleep(0.5)
+    raise AssertionError(f"study {name} never appeared")
+
+
+@requires_postgres
+def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fresh_database):
+    # the search and two workers start together on an empty database: nobody may trip over table creation
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--storage", fresh_database, "--study-name", "shared",
+                     "--out", tmp_path / "shared.yaml"], tmp_path)
+    workers = []
+    for _ in range(2):
+        # a worker started before the study exists fails with a clear error; start them once it does
+        _wait_for_study(fresh_database, "shared")
+        workers.append(_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path))
+    outputs = [p.communicate(timeout=600) for p in [search, *workers]]
+    for proc, (out, err) in zip([search, *workers], outputs):
+        assert proc.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="shared", storage=fresh_database)
+    assert len(study.trials) == 12 and all(t.state.name == "COMPLETE" for t in study.trials), [t.state.name for t in study.trials]
+    assert sum(t.user_attrs["baseline"] for t in study.trials) == 1
+    ran_by = [int(line.split()[2]) for _, (out, _) in zip(workers, outputs[1:]) for line in out.splitlines() if line.startswith("worker ran")]
+    assert len(ran_by) == 2 and sum(ran_by) <= 11  # the search process ran the rest
+
+
+@requires_postgres
+def test_opening_a_fresh_database_from_many_processes_at_once(fresh_database):
+    code = "from autotune.study import open_storage; open_storage(__import__('sys').argv[1]); print('ok')"
+    procs = [subprocess.Popen([sys.executable, "-c", code, fresh_database], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, results)), [err[-500:] for _, err in results]
+
+
+@requires_postgres
+def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_database):
+    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4", "TINY_FAULTS": "2:hang"}
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 512, "--storage", fresh_database, "--study-name", "stale",
+                     "--trial-timeout", 600], tmp_path, env)
+    study = _wait_for_study(fresh_database, "stale")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # wait until trial 2 (the hanging one) runs
+        if any(t.number == 2 and t.state.name == "RUNNING" for t in study.get_trials()):
+            break
+        time.sleep(0.5)
+    search.send_signal(signal.SIGKILL)  # the worker dies mid-trial, its trial process with it
+    search.communicate(timeout=30)
+    worker = _spawn(["worker", "--storage", fresh_database, "--study-name", "stale"], tmp_path,
+                    {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4"})
+    out, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="stale", storage=fresh_database)
+    states = {t.number: t.state.name for t in study.trials}
+    assert states[2] == "FAIL" and "stale_trial_2" in study.user_attrs
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
+    assert len(retries) == 1 and retries[0].state.name == "COMPLETE" and retries[0].params == study.trials[2].params
+    assert [s for n, s in states.items() if n != 2] == ["COMPLETE"] * 4  # 0, 1, 3 and the retry: nothing lost
+    left = ["?"]
+    for _ in range(20):  # the killed worker's warm process and trial go with it
+        left = [pid for pid in subprocess.run(["pgrep", "-f", "autotune"], capture_output=True, text=True).stdout.split() if _is_orphan_of(pid, tmp_path)]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, "a process of the killed worker outlived it"
+
+
+def _is_orphan_of(pid, cwd):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd") == str(cwd)
+    except OSError:
+        return False
