@@ -124,3 +124,23 @@ def _is_orphan_of(pid, cwd):
         return os.readlink(f"/proc/{pid}/cwd") == str(cwd)
     except OSError:
         return False
+
+
+@requires_postgres
+def test_a_password_in_the_storage_url_never_appears(tmp_path, fresh_database):
+    secret = "s3cretPW42"
+    url = fresh_database.replace("root@", f"root:{secret}@")  # trust auth: the password is accepted and ignored
+    out = tmp_path / "best.yaml"
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, "--storage", url, "--study-name", "masked", "--out", out], tmp_path)
+    stdout, stderr = search.communicate(timeout=300)
+    assert search.returncode == 0, stderr[-2000:]
+    show = _spawn(["show", "masked", "--storage", url, "--format", "json"], tmp_path)
+    show_out, show_err = show.communicate(timeout=120)
+    bad = _spawn(["search", MODELS / "tiny.py", "--storage", url.replace("127.0.0.1:5432", "127.0.0.1:1"), "--trials", 1], tmp_path)
+    bad_out, bad_err = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "***" in bad_err
+    study = optuna.load_study(study_name="masked", storage=fresh_database)
+    texts = [stdout, stderr, show_out, show_err, bad_out, bad_err, out.read_text(), repr(study.user_attrs), repr(study._storage.get_study_system_attrs(study._study_id))]
+    texts += [repr(t.user_attrs) for t in study.trials] + [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    assert "***" in out.read_text()  # the export names the storage, masked
+    assert not [t for t in texts if secret in t]
