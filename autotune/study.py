@@ -170,6 +170,8 @@ def _sqlite_path(url: str) -> Path | None:
 #: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
 HEARTBEAT_INTERVAL = 10
 HEARTBEAT_GRACE = 60
+#: Seconds a worker waits for the creator of a new study to queue its baseline.
+BASELINE_WAIT = 120
 
 
 def _heartbeat_kwargs() -> dict[str, Any]:
@@ -834,11 +836,16 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 if trial is not None:
                     ctx.asked.append(trial.number)
             if trial is None:
-                if need_baseline and _baseline_pending(study):
-                    time.sleep(1.0)  # another process runs the baseline
-                    continue
-                if need_baseline and not failed_baseline:
-                    failed_baseline.append(None)
+                if need_baseline:
+                    if study.user_attrs.get(BASELINE_ATTR) is not None:
+                        continue  # the baseline completed meanwhile: take a sampled trial
+                    baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
+                    coming = any(t.state.name in ("WAITING", "RUNNING", "COMPLETE") for t in baselines)
+                    if coming or (not baselines and time.monotonic() - run_start < BASELINE_WAIT):
+                        time.sleep(1.0)  # another process runs (or is about to queue, or to publish) the baseline
+                        continue
+                    if not failed_baseline:
+                        failed_baseline.append(None)
                     return
                 if _others_running(study, ctx):
                     # the queue is empty, but another process's trial may still go stale and be retried
@@ -899,8 +906,13 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         _record_run(study, run_start, ctx, cold)
     if failed_baseline:
         frozen = failed_baseline[0]
-        reason = frozen.user_attrs.get("fail_reason") if frozen is not None else "it failed in another process (see `autotune show`)"
-        number = frozen.number if frozen is not None else "?"
+        if frozen is None:
+            failed = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name == "FAIL"]
+            if not failed:
+                raise BaselineFailedError(f"study {settings['study_name']!r} has no baseline queued; start it with `autotune search` first")
+            frozen = failed[-1]
+        reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
+        number = frozen.number
         raise BaselineFailedError(
             f"the baseline trial {number} (the model's own config) failed: {reason}; "
             "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
