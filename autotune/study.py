@@ -420,13 +420,12 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui) -> Tri
         raise UsageError(f"the model's own values {values} are not all numbers ({e}); fix them in the model or in --config") from None
 
 
-def _measure_attrs(outcome, config: TrialConfig) -> dict[str, Any]:
+def _measure_attrs(outcome) -> dict[str, Any]:
+    """The trial's figures: :func:`autotune.measure.merge_ranks` of the ranks, plus what ran."""
     from autotune.measure import merge_ranks
 
     ranks = [r for r in outcome.ranks if r.get("ok")]
-    merged = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
-    attrs = {k: v for k, v in merged.items() if k != "metrics"}
-    attrs["metrics"] = merged["metrics"]
+    attrs = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
     attrs["precision_ran"] = ranks[0].get("precision_ran")
     attrs["lr_ran"] = ranks[0].get("lr_ran")
     return attrs
@@ -472,7 +471,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             devices=config.devices,
             pool=ctx.pools.get(slot),
             slot_env=slot.env,
-            on_start=lambda pgid: ctx.running.__setitem__(trial.number, pgid),
+            on_start=lambda pgid: _trial_started(ctx, trial, pgid),
         )
     except KeyboardInterrupt:
         _fail_interrupted(study, trial.number)
@@ -497,12 +496,11 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     for key, value in {**outcome.timing, **_overhead(outcome)}.items():
         trial.set_user_attr(key, value)
     trial.set_user_attr("wall_seconds", outcome.wall_seconds)
-    trial.set_user_attr("process_group", outcome.process_group)
     trial.set_user_attr("ranks", _rank_attrs(outcome))
     kind, reason = outcome.fail_kind, outcome.fail_reason
     values = None
     if kind is None:
-        attrs = _measure_attrs(outcome, config)
+        attrs = _measure_attrs(outcome)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         try:
@@ -540,6 +538,13 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
+
+
+def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
+    """Note a running trial's process group: for Ctrl-C, and on the trial (stored at once, so even
+    an interrupted trial names the group that was killed)."""
+    ctx.running[trial.number] = pgid
+    trial.set_user_attr("process_group", pgid)
 
 
 def _start_heartbeat(study, trial):
@@ -583,7 +588,6 @@ class _RunContext:
         import queue
         import threading
 
-        self.slots = slots
         self.pools = pools
         self.jobs = jobs
         self.stop = threading.Event()

@@ -19,15 +19,22 @@ MEASURED = ("samples_per_sec", "device/samples_per_sec", "step_time_median", "st
             "peak_memory_gib", "loss_curve", "loss", "effective_batch_size", "precision_ran", "config")
 
 
-def _group_alive(pgid):
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            return True
-    return False
+def _group_alive(pgid, wait=10.0):
+    """Whether a live (non-zombie) process of group ``pgid`` remains after ``wait`` s (SIGKILL is asynchronous)."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                alive = True
+                break
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
 
 
 def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
@@ -208,7 +215,7 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     trials = load(db, "tiny").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]  # the queued trial stays for the resume
     assert trials[1].user_attrs["fail_kind"] == "interrupted"
-    assert not _group_alive(trials[1].user_attrs.get("process_group", -1)) if "process_group" in trials[1].user_attrs else True
+    assert not _group_alive(trials[1].user_attrs["process_group"])  # the interrupted trial's processes are gone
 
 
 @pytest.mark.parametrize(
