@@ -234,7 +234,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
                     f"the database {masked!r} was made by an older Optuna and needs a schema upgrade; back it up, then run: "
                     f"optuna storage upgrade --storage {masked}"
                 ) from None
-            racing = type(e).__name__ in ("IntegrityError", "ProgrammingError") or (type(e).__name__ == "OperationalError" and "locked" in detail)
+            racing = type(e).__name__ in ("IntegrityError", "ProgrammingError") or (
+                type(e).__name__ == "OperationalError" and ("locked" in detail or "already exists" in detail)
+            )
             if attempt < 2 and racing:
                 # another process is creating the same tables right now: try again once they exist
                 time.sleep(0.5 + attempt)
@@ -442,7 +444,6 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial."""
     import optuna
 
-    from autotune.objective import constraint_value, final_loss, objective_values
     from autotune.runner import run_trial_process
 
     trial.set_user_attr("config", config.to_dict())
@@ -461,56 +462,74 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         "seed": settings["seed"],
     }
     slot = ctx.take_slot()
+    # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
+    # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
     beating = _start_heartbeat(study, trial)
     try:
-        outcome = run_trial_process(
-            spec,
-            timeout=float(settings["trial_timeout"]),
-            trial_number=trial.number,
-            expected_ranks=config.world_size,
-            devices=config.devices,
-            pool=ctx.pools.get(slot),
-            slot_env=slot.env,
-            on_start=lambda pgid: _trial_started(ctx, trial, pgid),
-        )
-    except KeyboardInterrupt:
-        _fail_interrupted(study, trial.number)
-        raise
-    except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
-        from autotune.runner import TrialOutcome
+        try:
+            outcome = run_trial_process(
+                spec,
+                timeout=float(settings["trial_timeout"]),
+                trial_number=trial.number,
+                expected_ranks=config.world_size,
+                devices=config.devices,
+                pool=ctx.pools.get(slot),
+                slot_env=slot.env,
+                on_start=lambda pgid: _trial_started(ctx, trial, pgid),
+            )
+        except KeyboardInterrupt:
+            _fail_interrupted(study, trial.number)
+            raise
+        except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
+            from autotune.runner import TrialOutcome
 
-        outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
+            outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
+        finally:
+            ctx.running.pop(trial.number, None)
+            ctx.give_slot(slot)
+        if ctx.stop.is_set() and not outcome.ok:
+            outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
+        try:
+            _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
+        except optuna.exceptions.UpdateFinishedTrialError as e:
+            # another worker failed this trial as stale meanwhile (and retried it): log, never crash
+            ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
     finally:
         beating.set()
-        ctx.running.pop(trial.number, None)
-        ctx.give_slot(slot)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool, ctx: "_RunContext", slot) -> None:
+    """Store a finished trial's figures and outcome (user attributes, constraint, values or FAIL).
+
+    Raises:
+        optuna.exceptions.UpdateFinishedTrialError: Another process finished the trial meanwhile.
+    """
+    import optuna
+
+    from autotune.objective import constraint_value, final_loss, objective_values
+
     if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
-        # another worker failed this trial as stale meanwhile (and retried it): log, never crash
-        ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored")
-        return study.get_trials(deepcopy=False)[trial.number]
-    if ctx.stop.is_set() and not outcome.ok:
-        outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
-    trial.set_user_attr("launch", "cold" if ctx.pools.cold else "warm")
-    trial.set_user_attr("slot", slot.description)
-    trial.set_user_attr("shared_host", ctx.jobs > 1)
-    for key, value in {**outcome.timing, **_overhead(outcome)}.items():
-        trial.set_user_attr(key, value)
-    trial.set_user_attr("wall_seconds", outcome.wall_seconds)
-    trial.set_user_attr("ranks", _rank_attrs(outcome))
+        raise optuna.exceptions.UpdateFinishedTrialError(f"trial {trial.number} is no longer running")
+    attrs: dict[str, Any] = {"launch": "cold" if ctx.pools.cold else "warm", "slot": slot.description, "shared_host": ctx.jobs > 1}
+    attrs.update(outcome.timing)
+    attrs.update(_overhead(outcome))
+    attrs["wall_seconds"] = outcome.wall_seconds
+    attrs["ranks"] = _rank_attrs(outcome)
     kind, reason = outcome.fail_kind, outcome.fail_reason
-    values = None
+    values = constraint = None
     if kind is None:
-        attrs = _measure_attrs(outcome)
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+        measured = _measure_attrs(outcome)
+        attrs.update(measured)
         try:
-            loss, source = final_loss(attrs["metrics"], attrs["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
+            loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
         except UsageError as e:
             kind, reason = "monitor_missing", str(e)
         else:
-            trial.set_user_attr("loss", loss)
-            trial.set_user_attr("loss_source", source)
-            sps = attrs["samples_per_sec"]
+            attrs["loss"], attrs["loss_source"] = loss, source
+            sps = measured["samples_per_sec"]
             if not math.isfinite(loss):
                 kind, reason = "nonfinite_loss", f"non-finite final {source} ({loss})"
             elif not (math.isfinite(sps) and sps > 0):
@@ -519,25 +538,24 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
                 baseline = study.user_attrs.get(BASELINE_ATTR)
                 baseline_loss = loss if is_baseline else baseline["loss"]
                 constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
-                trial.set_constraint("loss_tolerance", constraint if math.isfinite(constraint) else 1e300)
-                trial.set_user_attr("constraint", constraint if math.isfinite(constraint) else None)
-                trial.set_user_attr("feasible", constraint <= 0)
+                attrs["constraint"] = constraint if math.isfinite(constraint) else None
+                attrs["feasible"] = constraint <= 0
                 values = objective_values(settings["objective"], sps, loss)
+    if kind is not None:
+        attrs["fail_kind"], attrs["fail_reason"] = kind, reason
+        if outcome.log_tail:
+            attrs["log_tail"] = outcome.log_tail[-4000:]
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    if constraint is not None:
+        trial.set_constraint("loss_tolerance", constraint if math.isfinite(constraint) else 1e300)
     try:
         if kind is not None:
-            trial.set_user_attr("fail_kind", kind)
-            trial.set_user_attr("fail_reason", reason)
-            if outcome.log_tail:
-                trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             study.tell(trial, values)
-    except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError) as e:
-        # another worker failed this trial as stale meanwhile (and retried it): log, never crash
-        ui.warn(f"trial {trial.number} finished after it was marked failed elsewhere; its result is not stored ({e})")
-    frozen = study.get_trials(deepcopy=False)[trial.number]
-    ui.trial_finished(frozen)
-    return frozen
+    except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
+        raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
 
 
 def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:

@@ -195,3 +195,42 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
     trials = optuna.load_study(study_name="local", storage=url).trials
     assert len(trials) == 16 and all(t.state.name == "COMPLETE" for t in trials)
     assert polls > 5
+
+
+def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatch):
+    """The heartbeat runs until the trial is told: storing figures on a busy database takes time."""
+    import threading
+
+    from autotune.report import ConsoleUI
+    from autotune.study import SearchOptions, _fail_stale, open_storage, run_search
+
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_INTERVAL", "1")
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE", "2")
+    original = optuna.storages.RDBStorage.set_trial_user_attr
+
+    def slow(self, *args, **kwargs):  # a database busy with other workers: each write waits
+        time.sleep(0.25)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "set_trial_user_attr", slow)
+    url = f"sqlite:///{tmp_path / 'slow.db'}"
+    done = threading.Event()
+
+    def other_worker():  # what every other worker does between trials
+        while not done.wait(0.3):
+            try:
+                _fail_stale(optuna.load_study(study_name="slow", storage=open_storage(url, create=False, heartbeat=True)))
+            except Exception:
+                pass  # the study does not exist yet
+
+    watcher = threading.Thread(target=other_worker)
+    watcher.start()
+    try:
+        run_search(SearchOptions(model_file=str(MODELS / "tiny.py"), trials=2, samples=256, storage=url, study_name="slow",
+                                 out=str(tmp_path / "slow.yaml"), cold=True), ConsoleUI(quiet=True))
+    finally:
+        done.set()
+        watcher.join()
+    study = optuna.load_study(study_name="slow", storage=url)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert not [k for k in study.user_attrs if k.startswith("stale_trial_")]
