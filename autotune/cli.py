@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--samples", type=_positive_int, help="training samples per trial, over all devices (default 8192)")
     s.add_argument("--trial-timeout", type=_number, help="wall-clock cap per trial in seconds (default 900)")
     s.add_argument("--devices", type=_positive_int, help="devices per trial (default: every GPU; 1 on a CPU-only machine); >1 runs DDP")
+    s.add_argument("--num-nodes", type=_positive_int, help="nodes per trial (Lightning's num_nodes; default 1); see autotune worker --node-rank")
+    _add_node(s)
     _add_storage(s)
     s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=_number, help="stop taking new trials after this many seconds")
     w.add_argument("--jobs", type=_positive_int, default=1, help="trials at once on this machine (default 1)")
     w.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process")
+    _add_node(w)
     w.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
     d = sub.add_parser("dashboard", parents=[common], help="open a study storage in optuna-dashboard on 127.0.0.1")
@@ -87,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--port", type=_positive_int, default=8080)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     return parser
+
+
+def _add_node(p) -> None:
+    p.add_argument("--node-rank", type=int, help="this node's rank in a multi-node trial (default $NODE_RANK, else $SLURM_NODEID, else 0)")
+    p.add_argument("--node-group", help="name shared by the nodes that train the same trials (default $AUTOTUNE_NODE_GROUP, else $SLURM_JOB_ID)")
 
 
 def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
@@ -122,7 +130,8 @@ def _cmd_worker(args) -> int:
     if not url:
         raise UsageError(f"autotune worker needs the study's storage: give --storage URL or set ${ENV_STORAGE}")
     ui = ConsoleUI(quiet=args.quiet)
-    result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout)
+    result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout,
+                        node_rank=args.node_rank, node_group=args.node_group)
     study, settings = load_study(result.study_name, result.storage)
     ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.trials)}")
     return 0

@@ -138,7 +138,8 @@ class ConsoleUI:
         )
         self.info(
             f"objective {settings['objective']} (loss tolerance {settings['loss_tolerance']:.0%}, monitor {settings['monitor']}), "
-            f"{settings['samples']} training samples per trial, devices={settings['devices']}, {trials} trial(s)"
+            f"{settings['samples']} training samples per trial, devices={settings['devices']}"
+            f"{' x ' + str(settings['num_nodes']) + ' nodes' if settings.get('num_nodes', 1) > 1 else ''}, {trials} trial(s)"
         )
         self.info(f"space: {space}")
 

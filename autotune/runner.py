@@ -135,8 +135,16 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: Variables by which Lightning would take a trial for part of a bigger job (SLURM, torchrun, a fixed
+#: rendezvous); a trial's ranks and rendezvous are autotune's to set (see :mod:`autotune.nodes`).
+CLUSTER_VARIABLES = (
+    "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "NODE_RANK", "GROUP_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+)
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
+    """The environment of a trial process: this one's, less :data:`CLUSTER_VARIABLES`, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARIABLES}
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     # the trial imports autotune from wherever this process did

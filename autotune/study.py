@@ -45,7 +45,7 @@ SETTINGS_ATTR = "autotune"
 #: Study user attribute holding the baseline's figures.
 BASELINE_ATTR = "baseline"
 #: Settings that must not change when a study is resumed.
-_FIXED_ON_RESUME = ("objective", "samples", "devices", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
+_FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
 
 
 class Interrupted(AutotuneError):
@@ -79,6 +79,9 @@ class SearchOptions:
     seed: int | None = None
     jobs: int = 1
     cold: bool = False
+    num_nodes: int | None = None
+    node_rank: int | None = None
+    node_group: str | None = None
 
 
 DEFAULTS = {
@@ -121,6 +124,10 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--trial-timeout must be > 0 seconds, got {opts.trial_timeout}")
     if opts.devices is not None and opts.devices < 1:
         raise UsageError(f"--devices must be >= 1, got {opts.devices}")
+    if opts.num_nodes is not None and opts.num_nodes < 1:
+        raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
+    if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
+        raise UsageError(f"--jobs {opts.jobs} with --num-nodes {opts.num_nodes}: a multi-node trial takes whole nodes; use --jobs 1")
     if opts.objective is not None and opts.objective not in OBJECTIVES:
         raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}")
     if opts.mode is not None and opts.mode not in ("min", "max"):
@@ -320,7 +327,7 @@ def _with_study_values(opts: SearchOptions, settings: Mapping[str, Any]) -> Sear
     import dataclasses
 
     values = {}
-    for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "seed"):
+    for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "num_nodes", "seed"):
         if getattr(opts, key) is None:
             values[key] = settings.get(key)
     if opts.space_file is None and settings.get("space_explicit"):
@@ -351,7 +358,8 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
     if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
         ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
-    baseline = _baseline_config(report["baseline"], hardware, devices, ui)
+    num_nodes = opts.num_nodes or 1
+    baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
     applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in space}
     resolved, notes = resolve_space(
         space,
@@ -379,6 +387,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         "hardware": hardware.to_dict(),
         "autotune_version": __version__,
         "devices": devices,
+        "num_nodes": num_nodes,
         "monitor_explicit": opts.monitor is not None,
     }
     for key, default in DEFAULTS.items():
@@ -387,7 +396,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
     return settings
 
 
-def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui) -> TrialConfig:
+def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui, num_nodes: int = 1) -> TrialConfig:
     """The baseline (the model's own values) as a TrialConfig.
 
     A precision this machine does not run natively is replaced by what Lightning runs instead
@@ -415,7 +424,8 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui) -> Tri
             lr=float(base["lr"]) if base.get("lr") is not None else None,
             accelerator=hardware.accelerator,
             devices=devices,
-            strategy="ddp" if devices > 1 else "auto",
+            num_nodes=num_nodes,
+            strategy="ddp" if devices * num_nodes > 1 else "auto",
         )
     except (TypeError, ValueError) as e:
         values = {k: base.get(k) for k in ("batch_size", "accumulate_grad_batches", "num_workers", "lr")}
@@ -467,16 +477,21 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     beating = _start_heartbeat(study, trial)
     try:
         try:
+            launch, node_env = None, {}
+            if ctx.leader is not None:
+                launch, node_env = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
             outcome = run_trial_process(
                 spec,
                 timeout=float(settings["trial_timeout"]),
                 trial_number=trial.number,
-                expected_ranks=config.world_size,
+                expected_ranks=config.devices if launch else config.world_size,
                 devices=config.devices,
                 pool=ctx.pools.get(slot),
-                slot_env=slot.env,
+                slot_env={**slot.env, **node_env},
                 on_start=lambda pgid: _trial_started(ctx, trial, pgid),
             )
+            if launch:
+                outcome = ctx.leader.gather(launch, outcome)
         except KeyboardInterrupt:
             _fail_interrupted(study, trial.number)
             raise
@@ -608,6 +623,7 @@ class _RunContext:
 
         self.pools = pools
         self.jobs = jobs
+        self.leader = None
         self.stop = threading.Event()
         self.running: dict[int, int] = {}
         self.asked: list[int] = []
@@ -667,6 +683,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     from autotune.objective import directions
 
     check_search_options(opts)
+    if (opts.num_nodes or 1) > 1:
+        _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
     model_file = check_model_file(opts.model_file)
     if opts.out:
         check_out_path(Path(opts.out))
@@ -711,8 +729,9 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             study.set_metric_names(["samples_per_sec", settings["monitor"]] if settings["objective"] == "pareto" else ["samples_per_sec"])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials))
+    leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
-    ran = drain_queue(study, settings, ui, add=opts.trials, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url)
+    ran = drain_queue(study, settings, ui, add=opts.trials, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader)
     recommended, baseline = recommendation(study, settings)
     export_path = None
     if recommended is not None:
@@ -722,7 +741,44 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
 
 
-def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, cold: bool = False, timeout: float | None = None) -> SearchResult:
+def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
+    """The node identity of ``autotune search``, which must be node rank 0.
+
+    Raises:
+        UsageError: A node rank outside ``[0, num_nodes)``, or other than 0.
+    """
+    from autotune.nodes import node_identity
+
+    identity = node_identity(num_nodes, node_rank, node_group)
+    if identity.node_rank != 0:
+        raise UsageError(
+            f"autotune search runs node rank 0 of a {num_nodes}-node trial, but this node's rank is {identity.node_rank}; "
+            "run `autotune worker --node-rank K` on the other nodes (or unset NODE_RANK / give --node-rank 0)"
+        )
+    return identity
+
+
+def _leader(study, settings: Mapping[str, Any], node_rank: int | None, node_group: str | None, command: str, ui):
+    """The :class:`autotune.nodes.LeaderChannel` of a multi-node study's node-0 process, else ``None``.
+
+    Raises:
+        UsageError: ``command`` is ``autotune search`` on a node rank other than 0.
+    """
+    from autotune.nodes import LeaderChannel, node_identity
+
+    num_nodes = int(settings.get("num_nodes", 1))
+    if num_nodes == 1:
+        return None
+    identity = _search_node(num_nodes, node_rank, node_group) if command == "autotune search" else node_identity(num_nodes, node_rank, node_group)
+    if identity.node_rank != 0:
+        return identity
+    ui.info(f"multi-node trials: this is node 0 of group {identity.group!r} at {identity.master_addr}; "
+            f"start `autotune worker --node-rank K --node-group {identity.group}` on {num_nodes - 1} other node(s)")
+    return LeaderChannel(study, identity, num_nodes)
+
+
+def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, cold: bool = False, timeout: float | None = None,
+               node_rank: int | None = None, node_group: str | None = None) -> SearchResult:
     """Join an existing study and run its queued trials (``autotune worker``).
 
     Every setting comes from the study. The worker stops when the study's queue is empty (its shared
@@ -745,7 +801,17 @@ def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, c
         raise UsageError(f"study {study.study_name!r} trains {settings['model_file']!r}, which is not on this machine; use the same path here")
     study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
-    ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout)
+    leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
+    if leader is not None and int(settings.get("num_nodes", 1)) > 1 and jobs != 1:
+        raise UsageError(f"--jobs {jobs}: a multi-node trial takes whole nodes; use --jobs 1")
+    from autotune.nodes import NodeIdentity, follow
+
+    if isinstance(leader, NodeIdentity):  # a node other than 0: run its ranks of the leader's trials
+        ui.info(f"node {leader.node_rank} of group {leader.group!r}: following node 0's trials")
+        ran = follow(study, leader, ui, devices=int(settings["devices"]), timeout=timeout)
+        recommended, baseline = recommendation(study, settings)
+        return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+    ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader)
     recommended, baseline = recommendation(study, settings)
     return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
 
@@ -795,7 +861,7 @@ def _baseline_pending(study) -> bool:
 
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
-                storage_url: str = "", timeout: float | None = None) -> int:
+                storage_url: str = "", timeout: float | None = None, leader: Any = None) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -813,6 +879,8 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         cold: Start trials as fresh processes instead of forking warm ones.
         storage_url: For the resume command.
         timeout: Stop taking new trials after this many seconds.
+        leader: For multi-node trials, this node-0 process's :class:`autotune.nodes.LeaderChannel`
+            (trials then start cold, and the other nodes' ranks join each one).
 
     Returns:
         Trials this process ran.
@@ -845,7 +913,9 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     import tempfile
 
     log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
+    cold = cold or leader is not None  # the other nodes start their ranks cold too
     ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui), len(slots))
+    ctx.leader = leader
     deadline = time.monotonic() + timeout if timeout else None
     failed_baseline: list[Any] = []
 
@@ -922,6 +992,11 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         raise Interrupted(resume) from None
     finally:
         ctx.pools.close()
+        if leader is not None:
+            try:
+                leader.close()
+            except Exception:  # the followers also stop when the study has nothing left to run
+                pass
         import shutil
 
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -1050,7 +1125,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
-        f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}",
+        f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
         "",

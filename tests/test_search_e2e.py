@@ -241,6 +241,9 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", "required_arg.py"], "RequiresHidden needs argument(s) ['hidden'] (no default); give them in a --config YAML under model:"),
         (["search", "exits.py"], "called sys.exit(3) when imported"),
         (["dashboard", "x.db", "--port", "70000"], "--port must be in 1..65535"),
+        (["search", MODELS / "tiny.py", "--num-nodes", 2, "--jobs", 2], "--jobs 2 with --num-nodes 2: a multi-node trial takes whole nodes"),
+        (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 1], "autotune search runs node rank 0 of a 2-node trial"),
+        (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 2], "node rank 2 is outside 0..1 for --num-nodes 2"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):

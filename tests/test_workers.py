@@ -234,3 +234,38 @@ def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatc
     study = optuna.load_study(study_name="slow", storage=url)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     assert not [k for k in study.user_attrs if k.startswith("stale_trial_")]
+
+
+def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
+    """--num-nodes 2: every trial is one DDP run over two 'nodes' (here two processes on localhost)."""
+    import yaml
+
+    url = f"sqlite:///{tmp_path / 'nodes.db'}"
+    env = {"MASTER_ADDR": "127.0.0.1", "AUTOTUNE_NODE_GROUP": "pair"}
+    out = tmp_path / "nodes.yaml"
+    search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 2, "--samples", 512, "--storage", url,
+                     "--study-name", "nodes", "--out", out], tmp_path, env)
+    _wait_for_study(url, "nodes")
+    follower = _spawn(["worker", "--storage", url, "--study-name", "nodes", "--node-rank", 1], tmp_path, env)
+    (s_out, s_err), (f_out, f_err) = search.communicate(timeout=300), follower.communicate(timeout=300)
+    assert search.returncode == 0, s_err[-3000:]
+    assert follower.returncode == 0, f_err[-3000:]
+    trials = optuna.load_study(study_name="nodes", storage=url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    for t in trials:  # both nodes' ranks ran the trial's config and are in its figures
+        assert [r["rank"] for r in t.user_attrs["ranks"]] == [0, 1]
+        assert all(r["ok"] and r["config"]["num_nodes"] == 2 for r in t.user_attrs["ranks"])
+        assert t.user_attrs["effective_batch_size"] == 2 * t.user_attrs["config"]["batch_size"] * t.user_attrs["config"]["accumulate_grad_batches"]
+    assert f_out.count("ended: ok") == 2
+    assert yaml.safe_load(out.read_text())["trainer"]["num_nodes"] == 2
+
+
+def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_path):
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 1, "--samples", 256, "--storage", url,
+                     "--study-name", "alone", "--trial-timeout", 15], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
+    out, err = search.communicate(timeout=300)
+    assert search.returncode == 1, err[-2000:]
+    trial = optuna.load_study(study_name="alone", storage=url).trials[0]
+    assert trial.state.name == "FAIL" and trial.user_attrs["fail_kind"] == "timeout"
+    assert "node rank(s) [1] of group 'default' never joined" in trial.user_attrs["fail_reason"]
