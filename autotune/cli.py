@@ -206,3 +206,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"autotune: error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        from autotune.storage import is_transient
+
+        if args.debug or not is_transient(e):
+            raise
+        print(
+            "autotune: error: the study database stayed unreachable longer than $AUTOTUNE_STORAGE_RETRY seconds "
+            f"({type(e).__name__}); every finished trial is stored: run the same command again once it is back "
+            "(trials that were running go stale and are retried)",
+            file=sys.stderr,
+        )
+        return 1

@@ -199,7 +199,8 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     """An Optuna RDB storage for ``url``.
 
     SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
-    (any other folder must exist). With ``heartbeat``, running trials send heartbeats and a trial
+    (any other folder must exist). Calls ride out a database that is briefly unreachable
+    (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
     silent for the grace period is failed as stale and retried once (processes that run trials).
 
     Raises:
@@ -233,7 +234,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {}))
+                from autotune.storage import ResilientRDBStorage
+
+                return ResilientRDBStorage(url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {}))
         except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
             detail = (str(e).splitlines()[0] if str(e) else type(e).__name__).replace(url, masked)
             if "upgrade" in str(e) and "storage" in str(e):
@@ -842,6 +845,9 @@ def _claim(study, baseline_only: bool):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
+        if hasattr(storage, "get_heartbeat_interval") and storage.get_heartbeat_interval():
+            # at once: a trial RUNNING without any heartbeat is never found stale, and would wait forever
+            storage.record_heartbeat(frozen._trial_id)
         study.sampler.before_trial(study, storage.get_trial(frozen._trial_id))
         return optuna.trial.Trial(study, frozen._trial_id)
     return None

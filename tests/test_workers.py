@@ -269,3 +269,31 @@ def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_pat
     trial = optuna.load_study(study_name="alone", storage=url).trials[0]
     assert trial.state.name == "FAIL" and trial.user_attrs["fail_kind"] == "timeout"
     assert "node rank(s) [1] of group 'default' never joined" in trial.user_attrs["fail_reason"]
+
+
+@requires_postgres
+@pytest.mark.parametrize("retry", ["120", "0"])
+def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, retry):
+    """PostgreSQL unreachable for 8 s (every connection cut, new ones refused): the search waits it
+    out; with no retry allowed it stops with one clear line, keeping what finished."""
+    from tcp_proxy import OutageProxy
+
+    proxy = OutageProxy(("127.0.0.1", 5432))
+    try:
+        url = fresh_database.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 1024, "--storage", url, "--study-name", "outage",
+                         "--out", tmp_path / "outage.yaml"], tmp_path, {"AUTOTUNE_STORAGE_RETRY": retry})
+        _wait_for_study(fresh_database, "outage")
+        time.sleep(2.0)
+        proxy.outage(8.0)
+        out, err = search.communicate(timeout=300)
+    finally:
+        proxy.close()
+    trials = optuna.load_study(study_name="outage", storage=fresh_database).trials
+    if retry == "0":
+        assert search.returncode == 1 and "Traceback" not in err, err[-3000:]
+        assert "the study database stayed unreachable" in err.strip().splitlines()[-1]
+        return
+    assert search.returncode == 0, err[-3000:]
+    assert "is unreachable" in err and "is reachable again after" in err
+    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
