@@ -837,8 +837,9 @@ def _claim(study, baseline_only: bool):
     import optuna
 
     storage = study._storage
+    first = _first_baseline(study) if baseline_only else None
     for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        if baseline_only and not frozen.user_attrs.get("baseline"):
+        if baseline_only and frozen.number != first:
             continue
         try:
             if not storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.RUNNING):
@@ -851,6 +852,12 @@ def _claim(study, baseline_only: bool):
         study.sampler.before_trial(study, storage.get_trial(frozen._trial_id))
         return optuna.trial.Trial(study, frozen._trial_id)
     return None
+
+
+def _first_baseline(study) -> int | None:
+    """Number of the study's baseline trial: its first baseline-flagged trial that did not fail."""
+    numbers = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name != "FAIL"]
+    return min(numbers) if numbers else None
 
 
 def _others_running(study, ctx: "_RunContext") -> bool:
@@ -930,6 +937,11 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             with ctx.lock:
                 _fail_stale(study)
                 need_baseline = study.user_attrs.get(BASELINE_ATTR) is None
+                if pending[0] and not need_baseline:
+                    # the baseline completed (here, or in another process that started this study at the same time)
+                    for _ in range(pending[0]):
+                        study.enqueue_trial({})
+                    pending[0] = 0
                 trial = _claim(study, baseline_only=need_baseline)
                 if trial is not None:
                     ctx.asked.append(trial.number)
@@ -950,7 +962,11 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                     time.sleep(1.0)
                     continue
                 return
-            is_baseline = bool(trial.user_attrs.get("baseline")) or need_baseline
+            # the study's baseline is its first queued baseline trial; another one (two `search` processes
+            # started the study at once) runs after it as a repeat of the baseline config
+            is_baseline = need_baseline or (bool(trial.user_attrs.get("baseline")) and trial.number == _first_baseline(study))
+            if trial.user_attrs.get("baseline") and not is_baseline:
+                trial.set_user_attr("baseline_repeat", True)
             frozen = _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, is_baseline, ui, ctx)
             if not is_baseline:
                 continue

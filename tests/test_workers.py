@@ -297,3 +297,18 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
     assert search.returncode == 0, err[-3000:]
     assert "is unreachable" in err and "is reachable again after" in err
     assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
+
+
+@requires_postgres
+def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_baseline(tmp_path, fresh_database):
+    args = ["search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--storage", fresh_database, "--study-name", "twin"]
+    procs = [_spawn([*args, "--out", tmp_path / f"twin{i}.yaml"], tmp_path) for i in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+    trials = optuna.load_study(study_name="twin", storage=fresh_database).trials
+    assert len(trials) == 6 and all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
+    assert sum(t.user_attrs["baseline"] for t in trials) == 1 and trials[0].user_attrs["baseline"]
+    # a second baseline queued by the other process (when both saw no baseline) runs as a repeat of it
+    repeats = [t for t in trials if t.user_attrs.get("baseline_repeat")]
+    assert all(t.params == trials[0].params for t in repeats) and len(repeats) <= 1
