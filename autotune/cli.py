@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
 
+    r = sub.add_parser("report", parents=[common], help="write an HTML report of a study with plotly figures (and PNGs)")
+    r.add_argument("study", help="study name (with --storage), or a study database path such as studies/digits.db")
+    _add_storage(r)
+    r.add_argument("--out", help="path of the HTML file (default: studies/<study>.report.html, beside the database)")
+    r.add_argument("--png", metavar="DIR", help="also write every figure as DIR/<figure>.png (needs kaleido and Chrome/Chromium)")
+
     w = sub.add_parser("worker", parents=[common], help="join a study from this machine and run its queued trials (shared budget)")
     _add_storage(w)
     w.add_argument("--study-name", help="the study (needed when the storage holds several)")
@@ -165,6 +171,23 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    from autotune.html_report import write_pngs, write_report
+    from autotune.study import default_export_path, load_study, mask_url, recommendation
+
+    name, url = _study_target(args.study, args.storage)
+    study, settings = load_study(name, url)
+    recommended, baseline = recommendation(study, settings)
+    out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{study.study_name}.report.html")
+    figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}")
+    drawn = [n for n, f in figures.items() if not isinstance(f, str)]
+    print(f"report of study {study.study_name!r} ({len(drawn)} of {len(figures)} figures) written to {out}")
+    if args.png:
+        for path in write_pngs(figures, Path(args.png)):
+            print(f"  {path}")
+    return 0
+
+
 def _cmd_dashboard(args) -> int:
     from autotune.dashboard import serve, storage_for_dashboard
     from autotune.study import mask_url
@@ -176,7 +199,7 @@ def _cmd_dashboard(args) -> int:
     return 0
 
 
-_COMMANDS = {"search": _cmd_search, "worker": _cmd_worker, "show": _cmd_show, "export": _cmd_export, "dashboard": _cmd_dashboard}
+_COMMANDS = {"search": _cmd_search, "worker": _cmd_worker, "show": _cmd_show, "export": _cmd_export, "report": _cmd_report, "dashboard": _cmd_dashboard}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,9 @@ __all__ = ["ResilientRDBStorage", "RETRY_SECONDS", "is_transient"]
 
 #: Seconds a storage call keeps retrying a lost database before it raises (``AUTOTUNE_STORAGE_RETRY``).
 RETRY_SECONDS = 120.0
+#: Private methods that Optuna's own wrappers call (``_CachedStorage``, ``fail_stale_trials``); each
+#: opens and commits its own session, so it can be retried whole.
+_PRIVATE_CALLS = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
 _NOT_RETRIED = {
     "upgrade", "get_current_version", "get_head_version", "get_all_versions", "remove_session",
     "get_heartbeat_interval", "get_failed_trial_callback", "is_heartbeat_enabled",
@@ -107,6 +110,6 @@ def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
 for _name in dir(optuna.storages.RDBStorage):
     _method = getattr(optuna.storages.RDBStorage, _name)
-    public = not _name.startswith("_") or _name == "_get_stale_trial_ids"  # the query behind fail_stale_trials
+    public = not _name.startswith("_") or _name in _PRIVATE_CALLS
     if public and _name not in _NOT_RETRIED and callable(_method) and not isinstance(_method, type):
         setattr(ResilientRDBStorage, _name, _wrap(_name, _method))

@@ -312,3 +312,45 @@ def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_basel
     # a second baseline queued by the other process (when both saw no baseline) runs as a repeat of it
     repeats = [t for t in trials if t.user_attrs.get("baseline_repeat")]
     assert all(t.params == trials[0].params for t in repeats) and len(repeats) <= 1
+
+
+def test_a_late_result_for_a_trial_failed_as_stale_is_logged_not_fatal(tmp_path):
+    """A worker frozen past the grace period (SIGSTOP: a swapping or partitioned node) comes back to
+    find its trial failed as stale and retried elsewhere: it warns and goes on."""
+    url = f"sqlite:///{tmp_path / 'late.db'}"
+    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4", "TINY_SAMPLE_SLEEP": "0.002"}
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 5, "--samples", 2048, "--storage", url, "--study-name", "late"], tmp_path, env)
+    study = _wait_for_study(url, "late")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not study.user_attrs.get("baseline"):
+        time.sleep(0.5)
+    worker = _spawn(["worker", "--storage", url, "--study-name", "late", "--cold"], tmp_path, env)
+    mine = None
+    while time.monotonic() < deadline and mine is None:  # a trial the worker runs (a child of the worker)
+        for t in study.get_trials():
+            pgid = t.user_attrs.get("process_group")
+            if t.state.name == "RUNNING" and pgid and _parent(pgid) == worker.pid:
+                mine = t.number
+        time.sleep(0.2)
+    assert mine is not None, "the worker never ran a trial"
+    worker.send_signal(signal.SIGSTOP)  # no heartbeats; its trial process trains on and exits
+    try:
+        while time.monotonic() < deadline and f"stale_trial_{mine}" not in optuna.load_study(study_name="late", storage=url).user_attrs:
+            time.sleep(0.5)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    (w_out, w_err), (s_out, s_err) = worker.communicate(timeout=300), search.communicate(timeout=300)
+    assert worker.returncode == 0 and search.returncode == 0, w_err[-2000:] + s_err[-2000:]
+    assert f"trial {mine} finished after another worker marked it failed (stale)" in w_out + w_err
+    trials = optuna.load_study(study_name="late", storage=url).trials
+    assert trials[mine].state.name == "FAIL"
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == mine]
+    assert len(retry) == 1 and retry[0].state.name == "COMPLETE"
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 5  # the budget, nothing lost
+
+
+def _parent(pid):
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

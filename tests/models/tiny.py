@@ -3,6 +3,7 @@
 ``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
+``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
 """
 
 import os
@@ -51,6 +52,8 @@ class TinyModel(pl.LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         FAULT = _fault()
+        if os.environ.get("TINY_SAMPLE_SLEEP"):
+            time.sleep(float(os.environ["TINY_SAMPLE_SLEEP"]) * len(x))
         if FAULT == "raise" and batch_idx == 2:
             raise ValueError("boom from the user's training_step")
         if FAULT == "nan" and batch_idx == 3:

@@ -1,0 +1,298 @@
+"""``autotune report``: one self-contained HTML page of plotly figures about a study (and PNGs).
+
+Figures (each a ``plotly.graph_objects.Figure``; Optuna's ``optuna.visualization`` builds the ones
+it has):
+
+=====================  ========================================================================
+``history``            optimisation history of samples/s (``plot_optimization_history``)
+``batch_throughput``   samples/s against per-device batch size, one trace per precision
+``pareto``             samples/s against the final loss: ``plot_pareto_front`` for a Pareto study,
+                       otherwise a scatter with the Pareto front drawn; the recommendation and the
+                       baseline are marked, and the loss tolerance is a dashed line
+``importances``        parameter importances for samples/s (``plot_param_importances``, PED-ANOVA)
+``loss_curves``        training loss against samples seen for the five fastest feasible trials
+                       and the baseline (each trial's ``loss_curve``)
+``failures``           failed trials counted by failure kind, with their reasons on hover
+=====================  ========================================================================
+
+A figure that cannot be drawn (too few complete trials, no failure) is replaced by a sentence that
+says why. The page embeds plotly.js, so it opens with no network access. PNGs need kaleido
+(``pip install -e ".[png]"``), which drives a local Chrome or Chromium.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.errors import UsageError
+
+__all__ = ["build_figures", "write_report", "write_pngs", "FIGURE_TITLES"]
+
+FIGURE_TITLES = {
+    "history": "Optimisation history: samples/s per trial",
+    "batch_throughput": "Throughput against per-device batch size, by precision",
+    "pareto": "Throughput against final loss (Pareto front)",
+    "importances": "Parameter importances for throughput",
+    "loss_curves": "Training loss against samples seen: fastest feasible trials and the baseline",
+    "failures": "Failed trials by reason",
+}
+#: Loss curves drawn besides the baseline's.
+CURVES = 5
+
+
+def _complete(study) -> list:
+    return [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and _finite(t.user_attrs.get("samples_per_sec"))]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _sps_target(t) -> float:
+    return float(t.user_attrs.get("samples_per_sec", float("nan")))
+
+
+def build_figures(study, settings: Mapping[str, Any], recommended=None, baseline=None) -> dict[str, Any]:
+    """The report's figures: name -> plotly Figure, or name -> str (why it is missing)."""
+    figures: dict[str, Any] = {}
+    for name, build in (
+        ("history", _history),
+        ("batch_throughput", _batch_throughput),
+        ("pareto", _pareto),
+        ("importances", _importances),
+        ("loss_curves", _loss_curves),
+        ("failures", _failures),
+    ):
+        try:
+            figures[name] = build(study, settings, recommended, baseline)
+        except _Missing as e:
+            figures[name] = str(e)
+        if not isinstance(figures[name], str):
+            figures[name].update_layout(title=FIGURE_TITLES[name], template="plotly_white")
+    return figures
+
+
+class _Missing(Exception):
+    """A figure that has nothing to show; the message says why."""
+
+
+def _history(study, settings, recommended, baseline):
+    import optuna
+
+    if not _complete(study):
+        raise _Missing("No trial has completed yet.")
+    fig = optuna.visualization.plot_optimization_history(study, target=_sps_target, target_name="samples/s")
+    fig.update_yaxes(title="samples/s (global)")
+    return fig
+
+
+def _batch_throughput(study, settings, recommended, baseline):
+    import plotly.graph_objects as go
+
+    trials = _complete(study)
+    if not trials:
+        raise _Missing("No trial has completed yet.")
+    fig = go.Figure()
+    for precision in sorted({t.user_attrs["config"]["precision"] for t in trials}):
+        group = sorted((t for t in trials if t.user_attrs["config"]["precision"] == precision), key=lambda t: t.user_attrs["config"]["batch_size"])
+        fig.add_trace(go.Scatter(
+            x=[t.user_attrs["config"]["batch_size"] for t in group],
+            y=[t.user_attrs["samples_per_sec"] for t in group],
+            mode="markers", name=precision,
+            text=[_label(t) for t in group], hovertemplate="%{text}<extra></extra>",
+            marker={"symbol": ["circle" if t.user_attrs.get("feasible") else "x" for t in group], "size": 10},
+        ))
+    fig.update_xaxes(title="per-device batch size", type="log")
+    fig.update_yaxes(title="samples/s (global)")
+    return fig
+
+
+def _label(t) -> str:
+    c = t.user_attrs.get("config", {})
+    loss = t.user_attrs.get("loss")
+    parts = [f"trial {t.number}", f"batch {c.get('batch_size')}", str(c.get("precision")), f"accum {c.get('accumulate_grad_batches')}",
+             f"workers {c.get('num_workers')}", f"lr {c.get('lr'):.3g}" if isinstance(c.get("lr"), float) else "",
+             f"{t.user_attrs.get('samples_per_sec', float('nan')):,.0f} samples/s", f"loss {loss:.4g}" if _finite(loss) else ""]
+    return "<br>".join(p for p in parts if p)
+
+
+def _pareto(study, settings, recommended, baseline):
+    import optuna
+    import plotly.graph_objects as go
+
+    from autotune.objective import pareto_front
+    from autotune.study import records_of
+
+    trials = [t for t in _complete(study) if _finite(t.user_attrs.get("loss"))]
+    if not trials:
+        raise _Missing("No trial has completed with a finite loss yet.")
+    monitor = settings.get("monitor", "loss")
+    if len(study.directions) == 2:
+        fig = optuna.visualization.plot_pareto_front(study, target_names=["samples/s", monitor])
+    else:
+        front = {r.number for r in pareto_front(records_of(study), settings.get("mode", "min"))}
+        fig = go.Figure()
+        for name, group, symbol in (
+            ("Pareto front", [t for t in trials if t.number in front], "diamond"),
+            ("other trials", [t for t in trials if t.number not in front], "circle"),
+        ):
+            group = sorted(group, key=lambda t: t.user_attrs["samples_per_sec"])
+            fig.add_trace(go.Scatter(
+                x=[t.user_attrs["samples_per_sec"] for t in group], y=[t.user_attrs["loss"] for t in group],
+                mode="markers+lines" if name == "Pareto front" else "markers", name=name,
+                text=[_label(t) for t in group], hovertemplate="%{text}<extra></extra>", marker={"symbol": symbol, "size": 10},
+            ))
+        fig.update_xaxes(title="samples/s (global)")
+        fig.update_yaxes(title=f"final {monitor}")
+    base = study.user_attrs.get("baseline")
+    if base and _finite(base.get("loss")):
+        tol = settings.get("loss_tolerance", 0.0)
+        bound = base["loss"] * (1 + tol) if settings.get("mode", "min") == "min" else base["loss"] * (1 - tol)
+        fig.add_hline(y=bound, line_dash="dash", annotation_text=f"loss tolerance ({tol:.0%} vs baseline)")
+    for trial, name, symbol in ((baseline, "baseline", "square"), (recommended, "recommended", "star")):
+        if trial is not None and _finite(trial.user_attrs.get("loss")):
+            fig.add_trace(go.Scatter(
+                x=[trial.user_attrs["samples_per_sec"]], y=[trial.user_attrs["loss"]], mode="markers", name=f"{name} (trial {trial.number})",
+                marker={"symbol": symbol, "size": 18, "line": {"width": 2}}, text=[_label(trial)], hovertemplate="%{text}<extra></extra>",
+            ))
+    return fig
+
+
+def _importances(study, settings, recommended, baseline):
+    import warnings
+
+    import optuna
+
+    trials = _complete(study)
+    varied = [name for name in settings.get("space", {}) if len({repr(t.params.get(name)) for t in trials}) > 1]
+    if len(trials) < 3 or not varied:
+        raise _Missing("Parameter importances need at least 3 complete trials that differ in some parameter.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return optuna.visualization.plot_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target=_sps_target, target_name="samples/s"
+            )
+        except (ValueError, RuntimeError, ZeroDivisionError) as e:
+            raise _Missing(f"Parameter importances could not be computed: {e}") from None
+
+
+def _loss_curves(study, settings, recommended, baseline):
+    import plotly.graph_objects as go
+
+    feasible = sorted((t for t in _complete(study) if t.user_attrs.get("feasible") and t.user_attrs.get("loss_curve")),
+                      key=lambda t: -t.user_attrs["samples_per_sec"])
+    chosen = feasible[:CURVES]
+    if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline not in chosen:
+        chosen.append(baseline)
+    if not chosen:
+        raise _Missing("No feasible trial has a recorded loss curve yet.")
+    fig = go.Figure()
+    for t in chosen:
+        curve = t.user_attrs["loss_curve"]
+        name = f"trial {t.number}" + (" (baseline)" if baseline is not None and t.number == baseline.number else "")
+        name += " (recommended)" if recommended is not None and t.number == recommended.number else ""
+        fig.add_trace(go.Scatter(x=[p[0] for p in curve], y=[p[1] for p in curve], mode="lines", name=name,
+                                 line={"dash": "dash"} if "baseline" in name else {}))
+    fig.update_xaxes(title="training samples seen (global)")
+    fig.update_yaxes(title="training loss", type="log")
+    return fig
+
+
+def _failures(study, settings, recommended, baseline):
+    import plotly.graph_objects as go
+
+    failed = [t for t in study.get_trials(deepcopy=False) if t.state.name == "FAIL"]
+    if not failed:
+        raise _Missing("No trial failed.")
+    kinds: dict[str, list] = {}
+    for t in failed:
+        kinds.setdefault(t.user_attrs.get("fail_kind") or ("stale" if f"stale_trial_{t.number}" in study.user_attrs else "unknown"), []).append(t)
+    names = sorted(kinds, key=lambda k: -len(kinds[k]))
+    reasons = ["<br>".join(f"trial {t.number}: {html.escape(str(t.user_attrs.get('fail_reason', ''))[:120])}" for t in kinds[k][:8]) for k in names]
+    fig = go.Figure(go.Bar(x=names, y=[len(kinds[k]) for k in names], text=[len(kinds[k]) for k in names], hovertext=reasons, name="failed trials"))
+    fig.update_xaxes(title="failure kind")
+    fig.update_yaxes(title="trials")
+    return fig
+
+
+def write_report(study, settings: Mapping[str, Any], out: Path, recommended=None, baseline=None, storage_label: str = "") -> dict[str, Any]:
+    """Write the HTML report to ``out`` (plotly.js inline); returns the figures.
+
+    Raises:
+        UsageError: ``out`` is a folder or its folder does not exist.
+    """
+    import plotly
+    import plotly.io as pio
+
+    out = Path(out)
+    if out.is_dir():
+        raise UsageError(f"report path {str(out)!r} is a folder; give a file path such as {str(out / 'report.html')!r}")
+    if not out.parent.is_dir():
+        raise UsageError(f"report path {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
+    figures = build_figures(study, settings, recommended, baseline)
+    trials = study.get_trials(deepcopy=False)
+    counts = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "PRUNED", "RUNNING", "WAITING")}
+    summary = [f"{len(trials)} trials: " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n)]
+    if recommended is not None and baseline is not None:
+        speedup = recommended.user_attrs["samples_per_sec"] / baseline.user_attrs["samples_per_sec"]
+        summary.append(
+            f"Recommended: trial {recommended.number}, {recommended.user_attrs['samples_per_sec']:,.0f} samples/s = "
+            f"{speedup:.2f}x the baseline (trial {baseline.number}, {baseline.user_attrs['samples_per_sec']:,.0f} samples/s); "
+            f"config {html.escape(json.dumps(recommended.user_attrs.get('config', {})))}"
+        )
+    summary.append(
+        f"Objective {settings.get('objective')}, loss tolerance {settings.get('loss_tolerance', 0):.0%} on {settings.get('monitor')}, "
+        f"{settings.get('samples')} training samples per trial."
+    )
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>autotune report: {html.escape(study.study_name)}</title>",
+        f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222} .missing{color:#777;font-style:italic}</style>",
+        "</head><body>",
+        f"<h1>autotune report: study {html.escape(study.study_name)}</h1>",
+        f"<p>{html.escape(storage_label)}</p>" if storage_label else "",
+        *(f"<p>{line}</p>" for line in summary),
+    ]
+    for name, figure in figures.items():
+        parts.append(f"<h2 id='{name}'>{html.escape(FIGURE_TITLES[name])}</h2>")
+        if isinstance(figure, str):
+            parts.append(f"<p class='missing' data-figure='{name}'>{html.escape(figure)}</p>")
+        else:
+            parts.append(pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=f"figure-{name}"))
+    parts.append("</body></html>")
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return figures
+
+
+def write_pngs(figures: Mapping[str, Any], folder: Path) -> list[Path]:
+    """Write each drawn figure as ``<folder>/<name>.png`` (kaleido, which drives Chrome/Chromium).
+
+    Raises:
+        UsageError: kaleido is not installed, no Chrome/Chromium is found, or ``folder`` is not a folder.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--png {str(folder)!r} is a file; give a folder")
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        raise UsageError('--png needs kaleido: pip install -e ".[png]" (it also needs Chrome or Chromium installed)') from None
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, figure in figures.items():
+        if isinstance(figure, str):
+            continue
+        path = folder / f"{name}.png"
+        try:
+            figure.write_image(str(path), width=1000, height=600)
+        except Exception as e:  # kaleido raises its own types when no browser is found
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UsageError(f"--png: kaleido could not render ({first}); install Chrome or Chromium, or set BROWSER_PATH to one") from None
+        written.append(path)
+    return written
