@@ -1,0 +1,134 @@
+"""autotune report (HTML with plotly figures, PNGs) and Optuna's own CLI on our studies."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODELS, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def made_study(tmp_path_factory):
+    """A real 6-trial study of the tiny model in which trial 1 fails (NaN loss)."""
+    folder = tmp_path_factory.mktemp("report")
+    run_cli(["search", MODELS / "tiny.py", "--trials", 6, "--samples", 512, "--storage", f"sqlite:///{folder / 'tiny.db'}",
+             "--study-name", "tiny", "--out", folder / "tiny.best.yaml"], cwd=folder, env={"TINY_FAULTS": "1:nan"}, check_rc=0)
+    return folder
+
+
+def plotly_figures(page: str) -> dict[str, list[dict]]:
+    """figure name -> its plotly traces, read back from the page's ``Plotly.newPlot`` calls."""
+    decoder = json.JSONDecoder()
+    out = {}
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"figure-(\w+)",\s*', page):
+        traces, _ = decoder.raw_decode(page, match.end())
+        out[match.group(1)] = traces
+    return out
+
+
+def test_the_report_holds_every_figure_with_its_traces(made_study):
+    import optuna
+
+    r = run_cli(["report", "tiny.db"], cwd=made_study, check_rc=0)
+    page = (made_study / "tiny.report.html").read_text()
+    assert "written to" in r.stdout and "6 of 6 figures" in r.stdout
+    figures = plotly_figures(page)
+    assert set(figures) == {"history", "batch_throughput", "pareto", "importances", "loss_curves", "failures"}
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{made_study / 'tiny.db'}")
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    # history: Optuna's own figure, one point per complete trial (feasible ones, and the infeasible
+    # ones apart: Optuna reads the loss-tolerance constraint stored on each trial)
+    points = [y for t in figures["history"] if t["name"] in ("samples/s", "Infeasible Trial") for y in t["y"]]
+    assert sorted(points) == sorted(t.user_attrs["samples_per_sec"] for t in complete)
+    feasible = [t.user_attrs["samples_per_sec"] for t in complete if t.user_attrs["feasible"]]
+    assert sorted(figures["history"][0]["y"]) == sorted(feasible)
+    # throughput against batch size: a trace per precision that ran, every complete trial once
+    precisions = {t.user_attrs["config"]["precision"] for t in complete}
+    assert {t["name"] for t in figures["batch_throughput"]} == precisions
+    assert sum(len(t["x"]) for t in figures["batch_throughput"]) == len(complete)
+    # the Pareto figure marks the recommendation and the baseline
+    names = [t["name"] for t in figures["pareto"]]
+    assert "baseline (trial 0)" in names and any(n.startswith("recommended (trial ") for n in names)
+    assert "Pareto front" in names
+    # importances: a bar per searched parameter
+    assert set(figures["importances"][0]["y"]) <= set(study.user_attrs["autotune"]["space"])
+    # loss curves: the baseline's among them, against samples
+    baseline_curve = [t for t in figures["loss_curves"] if t["name"].startswith("trial 0 (baseline")]
+    assert baseline_curve and baseline_curve[0]["x"][-1] == study.trials[0].user_attrs["loss_curve"][-1][0]
+    # failures: the NaN trial under its kind
+    assert figures["failures"][0]["x"] == ["nonfinite_loss"] and figures["failures"][0]["y"] == [1]
+    # self-contained: plotly.js inline, no script, style or image fetched from anywhere
+    assert not external_resources(page)
+    import plotly
+
+    assert plotly.offline.get_plotlyjs()[:2000] in page
+
+
+def external_resources(page: str) -> list[str]:
+    """``src``/``href`` of script, link and img tags (script bodies are not parsed as tags)."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend(v for k, v in attrs if tag in ("script", "link", "img", "iframe") and k in ("src", "href") and v)
+
+    Parser().feed(page)
+    return found
+
+
+def test_a_study_with_one_trial_gets_figures_or_the_reason_each_is_missing(tmp_path):
+    run_cli(["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{tmp_path / 'one.db'}",
+             "--study-name", "one"], cwd=tmp_path, check_rc=0)
+    r = run_cli(["report", "one.db", "--out", tmp_path / "one.html"], cwd=tmp_path, check_rc=0)
+    page = (tmp_path / "one.html").read_text()
+    assert "Parameter importances need at least 3 complete trials" in page and "No trial failed." in page
+    assert set(plotly_figures(page)) == {"history", "batch_throughput", "pareto", "loss_curves"}
+    assert "4 of 6 figures" in r.stdout
+
+
+def test_report_bad_paths_are_one_line_errors(made_study, tmp_path):
+    r = run_cli(["report", made_study / "tiny.db", "--out", tmp_path], cwd=tmp_path)
+    assert r.returncode == 2 and "is a folder; give a file path" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli(["report", made_study / "tiny.db", "--out", tmp_path / "nope" / "r.html"], cwd=tmp_path)
+    assert r.returncode == 2 and "folder" in r.stderr and "does not exist" in r.stderr
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(not _chromium(), reason="--png needs Chrome or Chromium (the CI installs Debian's chromium)")
+def test_png_figures_are_written(made_study, tmp_path):
+    r = run_cli(["report", made_study / "tiny.db", "--out", tmp_path / "r.html", "--png", tmp_path / "png"], cwd=tmp_path,
+                env={"BROWSER_PATH": _chromium()}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    pngs = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
+    assert pngs == sorted(f"{n}.png" for n in ("history", "batch_throughput", "pareto", "importances", "loss_curves", "failures"))
+    assert all((tmp_path / "png" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "png" / p).stat().st_size > 5000 for p in pngs)
+
+
+def test_optuna_s_own_cli_reads_autotune_studies(made_study):
+    from autotune.study import load_study, recommendation
+
+    optuna_cli = [os.path.join(os.path.dirname(sys.executable), "optuna")]  # the console script beside this Python
+    url = f"sqlite:///{made_study / 'tiny.db'}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    studies = subprocess.run([*optuna_cli, "studies", "--storage", url, "-f", "json"], capture_output=True, text=True, env=env)
+    assert studies.returncode == 0, studies.stderr
+    listed = json.loads(studies.stdout)
+    assert [(s["name"], s["n_trials"]) for s in listed] == [("tiny", 6)]
+    best = subprocess.run([*optuna_cli, "best-trial", "--study-name", "tiny", "--storage", url, "-f", "json"], capture_output=True, text=True, env=env)
+    assert best.returncode == 0, best.stderr
+    study, settings = load_study("tiny", url)
+    recommended, _ = recommendation(study, settings)
+    # Optuna's best trial honours the loss-tolerance constraint we store: it is our recommendation
+    assert json.loads(best.stdout)["number"] == recommended.number
