@@ -132,3 +132,78 @@ def test_optuna_s_own_cli_reads_autotune_studies(made_study):
     recommended, _ = recommendation(study, settings)
     # Optuna's best trial honours the loss-tolerance constraint we store: it is our recommendation
     assert json.loads(best.stdout)["number"] == recommended.number
+
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--window-size=1400,1000",
+]
+
+
+def browse(url, tmp_path, screenshot=None, offline=False):
+    """Load ``url`` in headless Chromium, let its scripts run, and return the rendered DOM as text."""
+    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=20000"]
+    if offline:  # no host name resolves: anything the page fetched from the network would fail
+        flags.append("--host-resolver-rules=MAP * ~NOTFOUND")
+    dom = subprocess.run([_chromium(), *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    if screenshot:
+        subprocess.run([_chromium(), *flags, f"--screenshot={screenshot}", url], capture_output=True, timeout=120)
+        assert screenshot.read_bytes()[:4] == b"\x89PNG"
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)))
+
+
+@pytest.mark.skipif(not _chromium(), reason="the browser test needs Chromium (the CI installs Debian's chromium)")
+def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    import optuna
+
+    db = tmp_path / "both.db"
+    shutil.copy(made_study / "tiny.db", db)  # single objective, trial 1 failed (NaN)
+    run_cli(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 512, "--storage", f"sqlite:///{db}", "--study-name", "front",
+             "--objective", "pareto", "--out", tmp_path / "front.yaml"], cwd=tmp_path, env={"TINY_FAULTS": "1:raise"}, check_rc=0)
+    for name in ("tiny", "front"):  # autotune does not prune yet: a pruned trial added through Optuna's API
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=study.trials[0].params,
+                                                  distributions=study.trials[0].distributions))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", db, "--port", str(port)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                studies = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5))["study_summaries"]
+                break
+            except OSError:
+                time.sleep(0.3)
+        ids = {s["study_name"]: s["study_id"] for s in studies}
+        for name, failed in (("tiny", 1), ("front", 1)):
+            study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+            base = f"http://127.0.0.1:{port}/dashboard/studies/{ids[name]}"
+            trials_page = browse(f"{base}/trials", tmp_path, screenshot=tmp_path / f"dashboard-{name}-trials.png")
+            assert f"{len(study.trials)} Trials" in trials_page
+            assert all(f"Trial {t.number} " in trials_page for t in study.trials)
+            assert "Fail" in trials_page and "Pruned" in trials_page
+            note = browse(f"{base}/note", tmp_path, screenshot=tmp_path / f"dashboard-{name}-note.png")
+            from autotune.study import load_study, recommendation
+
+            recommended, _ = recommendation(*load_study(name, f"sqlite:///{db}"))
+            assert f"autotune recommendation: trial {recommended.number}" in note
+            overview = browse(base, tmp_path, screenshot=tmp_path / f"dashboard-{name}.png")
+            assert ("Pareto Front" in overview) == (name == "front")
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    # the report, opened from disk with no network: every figure is drawn by the inline plotly.js
+    run_cli(["report", "front", "--storage", f"sqlite:///{db}", "--out", tmp_path / "front.html"], cwd=tmp_path, check_rc=0)
+    page = browse((tmp_path / "front.html").as_uri(), tmp_path, screenshot=tmp_path / "report-front.png", offline=True)
+    assert "autotune report: study front" in page
+    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--virtual-time-budget=20000",
+                          "--host-resolver-rules=MAP * ~NOTFOUND", "--dump-dom", (tmp_path / "front.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    drawn = set(re.findall(r'id="figure-(\w+)"[^>]*class="[^"]*js-plotly-plot', dom)) | set(re.findall(r'class="[^"]*js-plotly-plot[^"]*"[^>]*id="figure-(\w+)"', dom))
+    assert drawn == set(plotly_figures((tmp_path / "front.html").read_text())) and len(drawn) >= 5
