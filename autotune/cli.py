@@ -115,12 +115,15 @@ def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
 
 
 def _cmd_search(args) -> int:
-    from autotune.report import ConsoleUI
+    from autotune.report import make_ui
     from autotune.study import SearchOptions, run_search
 
     opts = SearchOptions(**{k: getattr(args, k) for k in SearchOptions.__dataclass_fields__ if hasattr(args, k)})
-    ui = ConsoleUI(quiet=args.quiet)
-    result = run_search(opts, ui)
+    ui = make_ui(quiet=args.quiet)
+    try:
+        result = run_search(opts, ui)
+    finally:
+        ui.stop()
     from autotune.study import load_study
 
     study, settings = load_study(result.study_name, result.storage)
@@ -129,15 +132,18 @@ def _cmd_search(args) -> int:
 
 
 def _cmd_worker(args) -> int:
-    from autotune.report import ConsoleUI
+    from autotune.report import make_ui
     from autotune.study import ENV_STORAGE, load_study, run_worker
 
     url = args.storage or os.environ.get(ENV_STORAGE)
     if not url:
         raise UsageError(f"autotune worker needs the study's storage: give --storage URL or set ${ENV_STORAGE}")
-    ui = ConsoleUI(quiet=args.quiet)
-    result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout,
-                        node_rank=args.node_rank, node_group=args.node_group)
+    ui = make_ui(quiet=args.quiet)
+    try:
+        result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout,
+                            node_rank=args.node_rank, node_group=args.node_group)
+    finally:
+        ui.stop()
     study, settings = load_study(result.study_name, result.storage)
     ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.trials)}")
     return 0

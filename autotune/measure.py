@@ -16,7 +16,9 @@ of plain data.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import resource
 import statistics
 import time
@@ -322,6 +324,9 @@ def _make_callback_class(pl: Any) -> type:
             self.train_end_time: float | None = None
             self.lr_ran: float | None = None
             self.cuda = False
+            # rank 0 writes a progress preview here about twice a second (autotune's live view reads it)
+            self.progress_file = os.environ.get("AUTOTUNE_PROGRESS_FILE")
+            self._progress_at = 0.0
 
         def _sync(self) -> None:
             if self.cuda:
@@ -379,6 +384,23 @@ def _make_callback_class(pl: Any) -> type:
                 self._losses.append(None)
             if (index + 1) % self.check_every == 0:
                 self._check_finite()
+            if self.progress_file and trainer.global_rank == 0 and (now - self._progress_at > 0.5 or index + 1 == self.total_batches):
+                self._progress_at = now
+                self._write_progress(index + 1, now)
+
+        def _write_progress(self, batches: int, now: float) -> None:
+            """A preview for the live view: batches done, samples seen, samples/s so far after the warm-up
+            (no device synchronisation: the trial's figures come from :func:`summarize` only)."""
+            steady = batches > self.warmup and self._window_start is not None and now > self._window_start
+            rate = sum(self.sizes[self.warmup:batches]) * self.world_size / (now - self._window_start) if steady else None
+            preview = {"batches": batches, "planned": self.total_batches, "samples": sum(self.sizes) * self.world_size, "samples_per_sec": rate}
+            tmp = f"{self.progress_file}.tmp"
+            try:
+                with open(tmp, "w") as f:
+                    json.dump(preview, f)
+                os.replace(tmp, self.progress_file)
+            except OSError:
+                pass
 
         def _check_finite(self) -> None:
             pending = [(i, l) for i, l in enumerate(self._losses) if isinstance(l, torch.Tensor)]

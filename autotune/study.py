@@ -481,8 +481,12 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     try:
         try:
             launch, node_env = None, {}
+            progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
+            node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
+            ui.trial_progress(trial.number, progress_file)
             if ctx.leader is not None:
-                launch, node_env = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
+                launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
+                node_env.update(rendezvous)
             outcome = run_trial_process(
                 spec,
                 timeout=float(settings["trial_timeout"]),
@@ -627,6 +631,7 @@ class _RunContext:
         self.pools = pools
         self.jobs = jobs
         self.leader = None
+        self.log_dir = "."
         self.stop = threading.Event()
         self.running: dict[int, int] = {}
         self.asked: list[int] = []
@@ -929,6 +934,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui), len(slots))
     ctx.leader = leader
+    ctx.log_dir = log_dir
     deadline = time.monotonic() + timeout if timeout else None
     failed_baseline: list[Any] = []
 
