@@ -44,3 +44,22 @@ class StudyMismatchError(UsageError):
 
 class BaselineFailedError(AutotuneError):
     """The baseline trial (the model's own config) failed, so no trial can be judged against it."""
+
+
+#: Every ``fail_kind`` a trial can store, with what it means and what to do about it
+#: (docs/troubleshooting.md explains each; a test keeps the two and the code in step).
+FAIL_KINDS: dict[str, tuple[str, str]] = {
+    "exception": ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
+    "oom": ("out of memory (CUDA OOM, or Lightning's out-of-memory detection)", "expected for large batches; lower the batch_size range if every large one fails"),
+    "nonfinite_loss": ("the training loss or the final monitored metric became NaN or inf", "lower the lr range, or try 32-true precision"),
+    "timeout": ("the trial ran past --trial-timeout; its whole process group was killed", "raise --trial-timeout, or lower --samples"),
+    "killed": ("the trial process was killed by a signal (e.g. the kernel's OOM killer: SIGKILL)", "read log_tail and the system log; give the trials more host memory"),
+    "crashed": ("the trial process exited without a report (or not every rank reported)", "read log_tail"),
+    "batch_size_not_applied": ("the first training batch did not have the trial's batch_size", "make the DataLoader read the batch_size constructor argument"),
+    "num_workers_not_applied": ("the train DataLoader did not have the trial's num_workers", "make the DataLoader read the num_workers constructor argument"),
+    "precision_not_applied": ("Lightning ran another precision than the trial asked for", "do not hard-code precision in the model; set it in the Trainer only"),
+    "monitor_missing": ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
+    "no_measurement": ("too few steps after the warm-up to measure throughput", "raise --samples"),
+    "interrupted": ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
+    "node_lost": ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
+}
