@@ -167,7 +167,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
     db = tmp_path / "local.db"
     url = f"sqlite:///{db}"
     env = {"AUTOTUNE_STORAGE": url}  # the environment variable stands in for --storage
-    search = _spawn(["search", MODELS / "tiny.py", "--trials", 16, "--samples", 1024, "--study-name", "local", "--cold"], tmp_path, env)
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--study-name", "local", "--cold"], tmp_path, env)
     _wait_for_study(url, "local")
     workers = [_spawn(["worker", "--study-name", "local", "--cold"], tmp_path, env) for _ in range(3)]
     import socket
@@ -193,7 +193,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
         assert proc.returncode == 0, err[-3000:]
         assert "database is locked" not in err
     trials = optuna.load_study(study_name="local", storage=url).trials
-    assert len(trials) == 16 and all(t.state.name == "COMPLETE" for t in trials)
+    assert len(trials) == 12 and all(t.state.name == "COMPLETE" for t in trials)
     assert polls > 5
 
 
@@ -318,7 +318,7 @@ def test_a_late_result_for_a_trial_failed_as_stale_is_logged_not_fatal(tmp_path)
     """A worker frozen past the grace period (SIGSTOP: a swapping or partitioned node) comes back to
     find its trial failed as stale and retried elsewhere: it warns and goes on."""
     url = f"sqlite:///{tmp_path / 'late.db'}"
-    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4", "TINY_SAMPLE_SLEEP": "0.002"}
+    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "8", "TINY_SAMPLE_SLEEP": "0.002"}
     search = _spawn(["search", MODELS / "tiny.py", "--trials", 5, "--samples", 2048, "--storage", url, "--study-name", "late"], tmp_path, env)
     study = _wait_for_study(url, "late")
     deadline = time.monotonic() + 180
