@@ -35,11 +35,18 @@ def _add_storage(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="Optuna storage URL (default: $AUTOTUNE_STORAGE, else sqlite:///studies/<study>.db)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with bad flags reported like every other bad input: one line, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"autotune: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
+    parser = _Parser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -180,6 +187,11 @@ def _cmd_export(args) -> int:
 def _cmd_report(args) -> int:
     from autotune.html_report import write_pngs, write_report
     from autotune.study import default_export_path, load_study, mask_url, recommendation
+
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out is empty; give a file path such as report.html, or leave --out out")
+    if args.png is not None and (not args.png.strip() or Path(args.png).exists() and not Path(args.png).is_dir()):
+        raise UsageError(f"--png {args.png!r} is not a folder; give a folder for the PNG files")
 
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)

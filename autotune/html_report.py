@@ -266,7 +266,10 @@ def write_report(study, settings: Mapping[str, Any], out: Path, recommended=None
         else:
             parts.append(pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=f"figure-{name}"))
     parts.append("</body></html>")
-    out.write_text("\n".join(parts), encoding="utf-8")
+    try:
+        out.write_text("\n".join(parts), encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write the report to {str(out)!r}: {e.strerror or e}; give another --out") from None
     return figures
 
 

@@ -133,7 +133,7 @@ class ConsoleUI:
             return f"{value:.3g}" if isinstance(value, float) else str(value)
 
         space = ", ".join(
-            f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]" if "choices" in v else f"{k}=[{fmt(v['low'])}, {fmt(v['high'])}]{' log' if v.get('log') else ''}"
+            f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]" if "choices" in v else f"{k}={fmt(v['low'])}..{fmt(v['high'])}{' (log)' if v.get('log') else ''}"
             for k, v in settings["space"].items()
         )
         self.info(

@@ -215,7 +215,7 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
         raise StorageError(f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db")
     if path is not None:
         if not create and not path.is_file():
-            raise StorageError(f"study database {str(path)!r} does not exist; run `autotune search` first or give --storage")
+            raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
         if path.is_dir():
             raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
         if create and not path.parent.exists():
@@ -693,6 +693,9 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     check_search_options(opts)
     if (opts.num_nodes or 1) > 1:
         _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
+    elif opts.node_rank not in (None, 0):
+        raise UsageError(f"--node-rank {opts.node_rank}: autotune search is always node rank 0; "
+                         "run `autotune worker --node-rank K` on the other nodes of a --num-nodes study")
     model_file = check_model_file(opts.model_file)
     if opts.out:
         check_out_path(Path(opts.out))

@@ -100,6 +100,13 @@ def test_report_bad_paths_are_one_line_errors(made_study, tmp_path):
     assert r.returncode == 2 and "is a folder; give a file path" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run_cli(["report", made_study / "tiny.db", "--out", tmp_path / "nope" / "r.html"], cwd=tmp_path)
     assert r.returncode == 2 and "folder" in r.stderr and "does not exist" in r.stderr
+    r = run_cli(["report", made_study / "tiny.db", "--out", ""], cwd=tmp_path)
+    assert r.returncode == 2 and "--out is empty" in r.stderr
+    (tmp_path / "afile").write_text("keep")
+    r = run_cli(["report", made_study / "tiny.db", "--out", tmp_path / "r.html", "--png", tmp_path / "afile"], cwd=tmp_path)
+    assert r.returncode == 2 and "is not a folder" in r.stderr and not (tmp_path / "r.html").exists()  # checked before writing
+    r = run_cli(["report", made_study / "tiny.db", "--out", "/proc/report.html"], cwd=tmp_path)
+    assert r.returncode == 2 and "cannot write the report to '/proc/report.html'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def _chromium():

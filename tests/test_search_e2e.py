@@ -244,6 +244,9 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--jobs", 2], "--jobs 2 with --num-nodes 2: a multi-node trial takes whole nodes"),
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 1], "autotune search runs node rank 0 of a 2-node trial"),
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 2], "node rank 2 is outside 0..1 for --num-nodes 2"),
+        (["search", MODELS / "tiny.py", "--node-rank", 1], "--node-rank 1: autotune search is always node rank 0"),
+        (["search", MODELS / "tiny.py", "--trials", "abc"], "argument --trials: expected an integer, got 'abc'"),
+        (["worker", "--node-rank", "abc"], "argument --node-rank: invalid int value: 'abc'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
