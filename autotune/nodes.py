@@ -207,11 +207,9 @@ def follow(study, identity: NodeIdentity, ui, *, devices: int, timeout: float | 
             _set(study, f"{identity.key}:{launch}:{identity.node_rank}", {"joined": time.time(), "host": socket.gethostname()})
             env = {"NODE_RANK": str(identity.node_rank), "MASTER_ADDR": str(record["master_addr"]), "MASTER_PORT": str(record["master_port"])}
             stop = threading.Event()
-            watcher = threading.Thread(target=_kill_when_leader_ends, args=(study, identity.key, launch, stop), daemon=True)
 
-            def started(pgid: int, watcher=watcher) -> None:
-                watcher.pgid = pgid
-                watcher.start()
+            def started(pgid: int, launch=launch, stop=stop) -> None:
+                threading.Thread(target=_kill_when_leader_ends, args=(study, identity.key, launch, pgid, stop), daemon=True).start()
 
             try:
                 outcome = run_trial_process(
@@ -238,17 +236,16 @@ def follow(study, identity: NodeIdentity, ui, *, devices: int, timeout: float | 
     return done
 
 
-def _kill_when_leader_ends(study, key: str, launch: str, stop: threading.Event) -> None:
+def _kill_when_leader_ends(study, key: str, launch: str, pgid: int, stop: threading.Event) -> None:
     """Kill this node's ranks when node 0's ranks ended :data:`FOLLOWER_GRACE` seconds ago (a peer
     that died leaves DDP collectives waiting for it until the process-group timeout)."""
     from autotune.runner import kill_group
 
     ended_at: float | None = None
-    me = threading.current_thread()
     while not stop.wait(1.0):
         record = _system_attrs(study).get(key) or {}
         if record.get("launch") != launch or record.get("ended"):
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at > FOLLOWER_GRACE:
-                kill_group(getattr(me, "pgid"))
+                kill_group(pgid)
                 return

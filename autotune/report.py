@@ -24,14 +24,14 @@ _COLUMNS = (
 )
 
 
-def trial_rows(study, recommended_number: int | None = None, full: bool = False) -> list[dict[str, Any]]:
+def trial_rows(study, recommended_number: int | None = None, full: bool = False, trials=None) -> list[dict[str, Any]]:
     """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML).
 
     With ``full``, every user attribute of the trial is included too (loss curve, rank configs,
-    timings, ``log_tail`` of a failed trial, ...).
+    timings, ``log_tail`` of a failed trial, ...). ``trials`` (frozen trials) replaces the study's.
     """
     rows = []
-    for t in study.get_trials(deepcopy=False):
+    for t in trials if trials is not None else study.get_trials(deepcopy=False):
         attrs = t.user_attrs
         config = attrs.get("config", {})
         note = attrs.get("fail_reason") or ""
@@ -248,7 +248,7 @@ class LiveUI(ConsoleUI):
 
     def trial_finished(self, trial) -> None:
         self.running.pop(trial.number, None)
-        row = trial_rows_of([trial])[0]
+        row = {**trial_rows(None, trials=[trial])[0], "baseline": bool(trial.user_attrs.get("baseline"))}
         self.finished.append(row)
         if self.task is not None:
             self.progress.advance(self.task)
@@ -314,19 +314,6 @@ class LiveUI(ConsoleUI):
         if self.finished:
             parts.append(self._table())
         return Group(*parts)
-
-
-def trial_rows_of(trials) -> list[dict[str, Any]]:
-    """:func:`trial_rows` of a list of frozen trials (no study needed), with the ``baseline`` flag."""
-
-    class _Trials:
-        def get_trials(self, deepcopy=False):
-            return trials
-
-    rows = trial_rows(_Trials())
-    for row, t in zip(rows, trials):
-        row["baseline"] = bool(t.user_attrs.get("baseline"))
-    return rows
 
 
 def _read_preview(path: str | None) -> dict[str, Any] | None:

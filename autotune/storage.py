@@ -71,7 +71,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
         self._down_since: float | None = None
         super().__init__(url, **kwargs)
 
-    def _retry(self, name: str, call: Callable[[], Any]) -> Any:
+    def _retry(self, call: Callable[[], Any]) -> Any:
         delay, deadline = 0.25, None
         while True:
             try:
@@ -103,7 +103,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
 def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        return self._retry(name, lambda: method(self, *args, **kwargs))
+        return self._retry(lambda: method(self, *args, **kwargs))
 
     return call
 

@@ -813,7 +813,7 @@ def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, c
     study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
-    if leader is not None and int(settings.get("num_nodes", 1)) > 1 and jobs != 1:
+    if leader is not None and jobs != 1:  # a multi-node study (either end of it)
         raise UsageError(f"--jobs {jobs}: a multi-node trial takes whole nodes; use --jobs 1")
     from autotune.nodes import NodeIdentity, follow
 
