@@ -6,9 +6,11 @@ and copying it to the device), the time from the end of the previous batch to th
 (the step interval), the batch's size and its loss. It also checks, on the first batch, that the
 batch really has the trial's ``batch_size``, and raises on a non-finite loss.
 
-Throughput is measured over the steady state: the first batches (the warm-up, see
-:func:`warmup_batches`) are excluded, and on CUDA the device is synchronised at both ends of the
-measured window, so the window covers finished work. Per-step intervals are host-side times.
+Throughput is measured over the steady state: the first batches (the warm-up) are excluded, where
+the step times say the warm-up ended (:func:`steady_state_start`, MSER-5), not after a fixed count.
+On CUDA the device is synchronised every few optimizer steps (about 50 times per run) and at the
+end, and the measured window starts at the first synchronised step after the warm-up, so it covers
+finished work. Per-step intervals are host-side times.
 
 :func:`summarize` turns the raw records into the figures stored on the trial; it is a pure function
 of plain data.
@@ -29,6 +31,7 @@ __all__ = [
     "measure_callback_class",
     "TrialFault",
     "warmup_batches",
+    "steady_state_start",
     "summarize",
     "merge_ranks",
     "batch_length",
@@ -65,18 +68,63 @@ def batch_length(batch: Any) -> int | None:
     return None
 
 
+def steady_state_start(intervals: Sequence[float], accumulate_grad_batches: int = 1, min_steady: int = 3) -> int:
+    """Batches to discard as warm-up, found from the step times themselves (MSER-5).
+
+    The first steps of a run are slow for reasons that have nothing to do with the config's speed
+    (allocator growth, cuDNN autotuning, ``torch.compile``, DataLoader workers starting). The cut is
+    chosen by the Marginal Standard Error Rule (White 1997, "An effective truncation heuristic for
+    bias reduction in simulation output", Simulation 69(6); MSER-5 as in White, Cobb & Spratt 2000):
+    the optimizer-step times are averaged in blocks of 5 (of 1 when there are fewer than 50 steps),
+    and the cut ``d`` (in blocks, at most half of them) minimises
+    ``sum((x_i - mean(x[d:]))**2 for i >= d) / (n - d)**2``, the squared standard error of the mean
+    of what is kept. At least the first optimizer step is always discarded (it includes the
+    DataLoader's start).
+
+    Args:
+        intervals: Seconds per training batch, in order (``>= 0``).
+        accumulate_grad_batches: Batches per optimizer step (``>= 1``); the cut falls on a step boundary.
+        min_steady: Batches always kept (the cut never leaves fewer, except that it is 0 for runs of
+            ``min_steady`` batches or fewer).
+
+    Returns:
+        Leading batches to exclude, a multiple of ``accumulate_grad_batches`` (up to the run's end),
+        ``0 <= w <= max(0, len(intervals) - min_steady)``.
+    """
+    k = max(1, accumulate_grad_batches)
+    n_batches = len(intervals)
+    limit = max(0, n_batches - min_steady)
+    steps = [sum(intervals[i:i + k]) for i in range(0, n_batches - n_batches % k, k)]
+    block = 5 if len(steps) >= 50 else 1
+    x = [statistics.fmean(steps[i:i + block]) for i in range(0, len(steps) - len(steps) % block, block)]
+    best_d, best = 0, math.inf
+    for d in range(0, len(x) // 2 + 1):
+        kept = x[d:]
+        if len(kept) < 2:
+            break
+        mean = statistics.fmean(kept)
+        score = sum((v - mean) ** 2 for v in kept) / len(kept) ** 2
+        if score < best:
+            best_d, best = d, score
+    w = max(1, best_d * block) * k
+    if w > limit:
+        w = (limit // k) * k
+    return w
+
+
 def warmup_batches(total_batches: int, accumulate_grad_batches: int) -> int:
-    """Batches discarded as warm-up before the steady state is measured.
+    """A provisional warm-up length, used only for the live preview while a trial runs.
 
     A tenth of the run, at least 2 batches, rounded up to a whole optimizer step; when that would
-    leave fewer than 3 batches, the most whole optimizer steps that leave 3 (0 for short runs).
+    leave fewer than 3 batches, the most whole optimizer steps that leave 3 (0 for short runs). The
+    trial's figures use :func:`steady_state_start` on the measured step times instead.
 
     Args:
         total_batches: Training batches the trial runs (>= 0).
         accumulate_grad_batches: Batches per optimizer step (>= 1).
 
     Returns:
-        Number of leading batches excluded, ``0 <= w <= max(0, total_batches - 3)``.
+        Number of leading batches, ``0 <= w <= max(0, total_batches - 3)``.
     """
     k = max(1, accumulate_grad_batches)
     w = math.ceil(max(2, math.ceil(0.1 * total_batches)) / k) * k
@@ -153,8 +201,9 @@ def summarize(record: Mapping[str, Any]) -> dict[str, Any]:
 def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> dict[str, Any]:
     """Trial figures from every rank's :func:`summarize` output plus its memory (pure).
 
-    Global throughput is all ranks' steady-state samples over the slowest rank's window (ranks of a
-    DDP step wait for each other, so the slowest one sets the pace). Step times are the slowest
+    Global throughput is the slowest rank's steady-state rate (its samples over its window) times
+    the number of ranks: the ranks of a DDP step wait for each other, so the slowest one sets the
+    pace (each rank finds its own warm-up cut, so the windows may differ slightly). Step times are the slowest
     rank's; the loss curve is rank 0's; validation metrics are averaged over ranks.
 
     Args:
@@ -166,10 +215,11 @@ def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> di
         ``samples_per_sec`` (global), ``device/samples_per_sec`` (per device), step times, data
         wait fraction, ``peak_memory_gib``, ``loss_curve``, ``train_loss_final``, ``metrics``.
     """
-    slowest = max(ranks, key=lambda r: r["seconds"] or 0.0)
-    seconds = slowest["seconds"]
-    samples = sum(r["samples"] for r in ranks)
-    sps = samples / seconds if seconds and seconds > 0 else float("nan")
+    def rate(r: Mapping[str, Any]) -> float:
+        return r["samples"] / r["seconds"] if r["seconds"] and r["seconds"] > 0 else float("nan")
+
+    slowest = min(ranks, key=lambda r: (not math.isnan(rate(r)), rate(r)))
+    sps = rate(slowest) * len(ranks)
     metrics: dict[str, float] = {}
     names = set().union(*(r.get("metrics", {}).keys() for r in ranks))
     for name in names:
@@ -310,7 +360,13 @@ def _make_callback_class(pl: Any) -> type:
             self.batch_size = batch_size
             self.num_workers = num_workers
             self.accumulate = accumulate_grad_batches
+            # provisional (the live preview); replaced by steady_state_start() when training ends
             self.warmup = warmup_batches(total_batches, accumulate_grad_batches)
+            k = max(1, accumulate_grad_batches)
+            self.sync_every = max(1, math.ceil(total_batches / 50 / k)) * k
+            self.ends: list[float] = []
+            self.synced: list[bool] = []
+            self._train_start: float | None = None
             self.check_every = check_every
             self.intervals: list[float] = []
             self.waits: list[float] = []
@@ -343,7 +399,7 @@ def _make_callback_class(pl: Any) -> type:
                 self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
             self._sync()
             self._last_end = time.perf_counter()
-            self._window_start = self._last_end  # moved to the end of the warm-up when it ends
+            self._train_start = self._window_start = self._last_end  # moved to the warm-up's end when training ends
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             now = time.perf_counter()
@@ -365,14 +421,14 @@ def _make_callback_class(pl: Any) -> type:
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             index = len(self.intervals)
-            edge = index + 1 in (self.warmup, self.total_batches)
+            edge = (index + 1) % self.sync_every == 0 or index + 1 == self.total_batches
             if edge:
                 self._sync()
             now = time.perf_counter()
             self.intervals.append(now - self._last_end)
+            self.ends.append(now)
+            self.synced.append(edge or not self.cuda)
             self._last_end = now
-            if index + 1 == self.warmup:
-                self._window_start = now
             if index + 1 == self.total_batches:
                 self._window_end = now
                 self.train_end_time = time.time()
@@ -391,8 +447,8 @@ def _make_callback_class(pl: Any) -> type:
         def _write_progress(self, batches: int, now: float) -> None:
             """A preview for the live view: batches done, samples seen, samples/s so far after the warm-up
             (no device synchronisation: the trial's figures come from :func:`summarize` only)."""
-            steady = batches > self.warmup and self._window_start is not None and now > self._window_start
-            rate = sum(self.sizes[self.warmup:batches]) * self.world_size / (now - self._window_start) if steady else None
+            steady = batches > self.warmup and len(self.ends) >= self.warmup > 0 and now > self.ends[self.warmup - 1]
+            rate = sum(self.sizes[self.warmup:batches]) * self.world_size / (now - self.ends[self.warmup - 1]) if steady else None
             preview = {"batches": batches, "planned": self.total_batches, "samples": sum(self.sizes) * self.world_size, "samples_per_sec": rate}
             tmp = f"{self.progress_file}.tmp"
             try:
@@ -419,8 +475,13 @@ def _make_callback_class(pl: Any) -> type:
                 self._window_end = time.perf_counter()
                 self.train_end_time = time.time()
             self._check_finite()
-            if len(self.intervals) < self.warmup:  # stopped early: measure everything
+            self.warmup = steady_state_start(self.intervals, self.accumulate)
+            # on CUDA the window starts at a synchronised step: the first one at or after the cut
+            while self.warmup > 0 and self.warmup < len(self.synced) and not self.synced[self.warmup - 1]:
+                self.warmup += 1
+            if self.warmup >= len(self.intervals):
                 self.warmup = 0
+            self._window_start = self.ends[self.warmup - 1] if self.warmup > 0 else self._train_start
             if self._window_start is not None:
                 self.window_seconds = self._window_end - self._window_start
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from autotune.measure import batch_length, merge_ranks, summarize, warmup_batches
+from autotune.measure import batch_length, merge_ranks, steady_state_start, summarize, warmup_batches
 
 
 @pytest.mark.parametrize("total, accumulate, expected", [(0, 1, 0), (3, 1, 0), (5, 1, 2), (100, 1, 10), (100, 4, 12), (8, 4, 4)])
@@ -60,3 +60,36 @@ def test_merge_ranks_uses_the_slowest_rank():
     assert merge_ranks([fast, slow], "cuda_max_allocated")["peak_memory_gib"] == 1.5
     assert merged["loss_curve"][0] == [64, 20.0]  # global samples: 32 per rank x 2 ranks
     assert not math.isnan(merged["step_time_p90"])
+
+
+def _series(warm: int, steady: int, seed: int = 0, level: float = 0.01, noise: float = 0.1):
+    """Step times: an exponentially decaying warm-up of ``warm`` steps, then ``steady`` noisy steps."""
+    import random
+
+    rng = random.Random(seed)
+    head = [level * (1 + 20 * 0.6**i) for i in range(warm)]
+    tail = [level * (1 + noise * rng.uniform(-1, 1)) for _ in range(steady)]
+    return head + tail
+
+
+@pytest.mark.parametrize("warm, steady", [(8, 40), (12, 200), (3, 30), (30, 300)])
+def test_steady_state_start_finds_the_end_of_a_warm_up(warm, steady):
+    w = steady_state_start(_series(warm, steady))
+    # the decaying head falls inside the noise after about warm/2 .. warm steps
+    assert warm // 3 <= w <= warm + 10
+
+
+def test_steady_state_start_on_a_flat_series_discards_only_the_first_step():
+    assert steady_state_start(_series(0, 100, noise=0.05)) <= 10
+    assert steady_state_start([0.01] * 40) == 1
+
+
+def test_steady_state_start_keeps_a_late_spike_and_respects_step_boundaries():
+    series = _series(10, 100)
+    series[-5] = 1.0  # a pause near the end (garbage collection, a checkpoint): not warm-up
+    w = steady_state_start(series)
+    assert 3 <= w <= 20
+    w4 = steady_state_start(_series(40, 160), accumulate_grad_batches=4)
+    assert w4 % 4 == 0 and 8 <= w4 <= 60
+    assert steady_state_start([1.0, 0.1, 0.1]) == 0  # too short to cut: keep min_steady batches
+    assert steady_state_start([]) == 0
