@@ -6,6 +6,10 @@ Objectives:
   the baseline's by more than a tolerance (a fraction of the baseline's magnitude). A trial that
   breaks the constraint is infeasible: Optuna's sampler is told (``constraints_func``) and it is
   never recommended.
+- ``time-to-quality``: minimise the seconds a trial needs to reach the baseline's training loss
+  (MLPerf Training's time-to-train, applied to short trials; :func:`time_to_target`), under the same
+  tolerance constraint. A trial that reached the target is always ranked above one whose time was
+  extrapolated from its curve.
 - ``pareto``: two objectives, samples/s (maximise) and the loss (minimise, or maximise with
   ``mode="max"``); the recommendation is the fastest Pareto-optimal trial within the tolerance.
 """
@@ -28,9 +32,17 @@ __all__ = [
     "directions",
     "pareto_front",
     "recommend",
+    "smooth_curve",
+    "loss_target",
+    "TimeToTarget",
+    "time_to_target",
 ]
 
-OBJECTIVES = ("throughput", "pareto")
+OBJECTIVES = ("throughput", "time-to-quality", "pareto")
+
+#: Width of the smoothing window of a loss curve, as a fraction of the trial's sample budget
+#: (the same tenth that ``train_loss_final`` averages).
+SMOOTHING_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,8 @@ class TrialRecord:
         samples_per_sec: Global training samples/s (steady state), or NaN.
         loss: Final loss (the monitored metric), or NaN.
         baseline: This is the baseline trial.
+        time_to_target: Seconds to the baseline's loss (``time-to-quality``), or NaN.
+        target_reached: The trial's curve reached the target (``False``: extrapolated).
     """
 
     number: int
@@ -50,6 +64,8 @@ class TrialRecord:
     samples_per_sec: float
     loss: float
     baseline: bool = False
+    time_to_target: float = math.nan
+    target_reached: bool = True
 
 
 def final_loss(
@@ -109,15 +125,19 @@ def directions(objective: str, mode: str = "min") -> list[str]:
     """
     if objective == "throughput":
         return ["maximize"]
+    if objective == "time-to-quality":
+        return ["minimize"]
     if objective == "pareto":
         return ["maximize", "minimize" if mode == "min" else "maximize"]
     raise UsageError(f"unknown objective {objective!r}; choose one of {list(OBJECTIVES)}")
 
 
-def objective_values(objective: str, samples_per_sec: float, loss: float) -> list[float]:
+def objective_values(objective: str, samples_per_sec: float, loss: float, time_to_target: float = math.nan) -> list[float]:
     """Values told to Optuna for a finished trial, in the order of :func:`directions`."""
     if objective == "throughput":
         return [samples_per_sec]
+    if objective == "time-to-quality":
+        return [time_to_target]
     return [samples_per_sec, loss]
 
 
@@ -144,7 +164,9 @@ def recommend(
 
     Under ``pareto`` the candidates are first restricted to the Pareto front (the fastest feasible
     trial is always on it, so both objectives agree; the front is what the Pareto study shows).
-    Ties on samples/s go to the baseline, then to the lower trial number.
+    Under ``time-to-quality`` the shortest time to the target wins, and trials that reached the
+    target come before those whose time was extrapolated. Ties go to the baseline, then to the
+    lower trial number.
 
     Returns:
         The trial, or ``None`` when no complete trial is feasible.
@@ -157,7 +179,113 @@ def recommend(
     ]
     if not feasible:
         return None
+    if objective == "time-to-quality":
+        timed = [r for r in feasible if not math.isnan(r.time_to_target)]
+        return min(timed, key=lambda r: (not r.target_reached, r.time_to_target, not r.baseline, r.number)) if timed else None
     return max(feasible, key=lambda r: (r.samples_per_sec, r.baseline, -r.number))
+
+
+def smooth_curve(curve: Sequence[Sequence[float]], window: float) -> list[tuple[float, float]]:
+    """Trailing moving average of a loss curve over a window of samples.
+
+    Args:
+        curve: ``[(samples_seen, loss), ...]`` with ``samples_seen`` increasing (global samples).
+        window: Width in samples (``> 0``): the point at ``s`` is the mean of the losses at
+            ``(s - window, s]``. Points before the first full window are dropped.
+
+    Returns:
+        ``[(samples_seen, smoothed_loss), ...]``, non-finite losses skipped.
+    """
+    points = [(float(x), float(y)) for x, y in curve if math.isfinite(float(y))]
+    out: list[tuple[float, float]] = []
+    lo, total = 0, 0.0
+    for hi, (x, y) in enumerate(points):
+        total += y
+        while points[lo][0] <= x - window:
+            total -= points[lo][1]
+            lo += 1
+        if x >= window or x >= points[-1][0]:
+            out.append((x, total / (hi - lo + 1)))
+    return out
+
+
+def loss_target(curve: Sequence[Sequence[float]], budget_samples: float) -> float:
+    """The time-to-quality target: the baseline's smoothed training loss at the end of its budget.
+
+    That is the mean loss over the last :data:`SMOOTHING_FRACTION` of the baseline's samples.
+
+    Args:
+        curve: The baseline's ``[(samples_seen, loss), ...]``.
+        budget_samples: The trial sample budget (``--samples``).
+
+    Returns:
+        The target loss, or NaN for an empty curve.
+    """
+    smoothed = smooth_curve(curve, SMOOTHING_FRACTION * budget_samples)
+    return smoothed[-1][1] if smoothed else math.nan
+
+
+@dataclass(frozen=True)
+class TimeToTarget:
+    """When a trial reaches the target loss.
+
+    Attributes:
+        samples: Global training samples to the target (``inf`` if the curve never gets there).
+        seconds: ``samples / samples_per_sec`` (steady-state rate), ``inf`` likewise.
+        reached: The smoothed curve crossed the target inside the budget (``False``: extrapolated).
+    """
+
+    samples: float
+    seconds: float
+    reached: bool
+
+
+def time_to_target(curve: Sequence[Sequence[float]], target: float, samples_per_sec: float, budget_samples: float) -> TimeToTarget:
+    """Seconds a trial needs to reach ``target``: MLPerf Training's time-to-train on a short trial.
+
+    The curve is smoothed as in :func:`loss_target`. When the smoothed curve crosses the target,
+    the crossing is interpolated linearly between the two points around it. When it does not, the
+    time is extrapolated: ``loss = a + b * ln(samples)`` is fitted by least squares to the second
+    half of the smoothed curve (loss curves of short runs are close to straight against log samples)
+    and solved for the target; a curve that is not falling (``b >= 0``) never gets there (``inf``).
+    An extrapolated count is at least the samples already seen.
+
+    Args:
+        curve: ``[(samples_seen, loss), ...]`` (global samples, training loss).
+        target: The target loss (:func:`loss_target` of the baseline).
+        samples_per_sec: The trial's steady-state global throughput (``> 0``).
+        budget_samples: The trial sample budget (``--samples``), for the smoothing window.
+
+    Returns:
+        A :class:`TimeToTarget`; NaN fields when the curve or the rate is unusable.
+    """
+    smoothed = smooth_curve(curve, SMOOTHING_FRACTION * budget_samples)
+    if not smoothed or not math.isfinite(target) or not samples_per_sec > 0:
+        return TimeToTarget(math.nan, math.nan, False)
+    previous = None
+    for x, y in smoothed:
+        if y <= target:
+            if previous is None or previous[1] == y:
+                samples = x
+            else:
+                (x0, y0) = previous
+                samples = x0 + (x - x0) * (y0 - target) / (y0 - y)
+            return TimeToTarget(samples, samples / samples_per_sec, True)
+        previous = (x, y)
+    tail = smoothed[len(smoothed) // 2:]
+    if len(tail) < 2:
+        return TimeToTarget(math.inf, math.inf, False)
+    logs = [math.log(x) for x, _ in tail]
+    mean_x, mean_y = sum(logs) / len(logs), sum(y for _, y in tail) / len(tail)
+    var = sum((v - mean_x) ** 2 for v in logs)
+    slope = sum((v - mean_x) * (y - mean_y) for v, (_, y) in zip(logs, tail)) / var if var > 0 else 0.0
+    if not slope < 0:
+        return TimeToTarget(math.inf, math.inf, False)
+    intercept = mean_y - slope * mean_x
+    exponent = (target - intercept) / slope
+    samples = math.exp(exponent) if exponent < 700 else math.inf
+    samples = max(samples, smoothed[-1][0])
+    return TimeToTarget(samples, samples / samples_per_sec, False)
 
 
 def validate_tolerance(value: Any) -> float:

@@ -19,6 +19,7 @@ _COLUMNS = (
     ("effective_batch_size", "eff. batch"),
     ("samples_per_sec", "samples/s"),
     ("loss", "loss"),
+    ("to_target", "to target"),
     ("feasible", "feasible"),
     ("note", "note"),
 )
@@ -52,6 +53,9 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "peak_memory_gib": attrs.get("peak_memory_gib"),
                 "loss": attrs.get("loss"),
                 "loss_source": attrs.get("loss_source"),
+                "time_to_target": attrs.get("time_to_target"),
+                "target_reached": attrs.get("target_reached"),
+                "to_target": _to_target(attrs),
                 "feasible": attrs.get("feasible"),
                 "fail_kind": attrs.get("fail_kind"),
                 "fail_reason": attrs.get("fail_reason"),
@@ -61,6 +65,26 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         if full:
             rows[-1] = {**rows[-1], "params": dict(t.params), "user_attrs": dict(attrs)}
     return rows
+
+
+def _to_target(attrs: Mapping[str, Any]) -> str | None:
+    """Time to the baseline's loss for tables: ``"4.9 s"``, ``"~14 s"`` (extrapolated) or ``"never"``."""
+    if "target_reached" not in attrs:
+        return None
+    seconds = attrs.get("time_to_target")
+    if seconds is None or seconds > 1e6:
+        return "never"
+    return f"{'' if attrs['target_reached'] else '~'}{seconds:.3g} s"
+
+
+def sort_key(objective: str):
+    """Key ordering trial rows best first under ``objective`` (failed and unmeasured rows last)."""
+    if objective == "time-to-quality":
+        def key(row):
+            seconds = row.get("time_to_target")
+            return (not row.get("target_reached"), seconds if seconds is not None else math.inf)
+        return key
+    return lambda row: -(row.get("samples_per_sec") or 0)
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -170,8 +194,8 @@ class ConsoleUI:
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
         rows = trial_rows(study, recommended.number if recommended else None)
-        complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=lambda r: -(r["samples_per_sec"] or 0))
-        render_rows(complete[:10], "table", self.console, title=f"study {settings['study_name']}: fastest complete trials")
+        complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings["objective"]))
+        render_rows(complete[:10], "table", self.console, title=f"study {settings['study_name']}: best complete trials ({settings['objective']})")
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
             self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
@@ -191,8 +215,23 @@ class ConsoleUI:
             f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
             f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
         )
+        quality = quality_line(recommended, baseline)
+        if quality:
+            self.console.print(quality, markup=False)
         if export_path is not None:
             self.console.print(f"config written to {export_path}", markup=False)
+
+
+def quality_line(trial, baseline) -> str | None:
+    """One line comparing the time to the baseline's loss of ``trial`` and of the baseline."""
+    mine, theirs = trial.user_attrs.get("time_to_target"), baseline.user_attrs.get("time_to_target")
+    if "target_reached" not in trial.user_attrs or theirs is None:
+        return None
+    if mine is None:
+        return "time to the baseline's training loss: never reached (its curve is not falling)"
+    how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
+    return (f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
+            f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster")
 
 
 def make_ui(quiet: bool = False) -> ConsoleUI:

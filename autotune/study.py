@@ -44,6 +44,8 @@ ENV_STORAGE = "AUTOTUNE_STORAGE"
 SETTINGS_ATTR = "autotune"
 #: Study user attribute holding the baseline's figures.
 BASELINE_ATTR = "baseline"
+#: Names of the values told to Optuna, per objective (``pareto`` adds the monitored metric).
+_METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to_target_seconds"]}
 #: Settings that must not change when a study is resumed.
 _FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
 
@@ -531,7 +533,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
     """
     import optuna
 
-    from autotune.objective import constraint_value, final_loss, objective_values
+    from autotune.objective import constraint_value, final_loss, objective_values, time_to_target
 
     if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
         raise optuna.exceptions.UpdateFinishedTrialError(f"trial {trial.number} is no longer running")
@@ -562,7 +564,16 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
                 attrs["constraint"] = constraint if math.isfinite(constraint) else None
                 attrs["feasible"] = constraint <= 0
-                values = objective_values(settings["objective"], sps, loss)
+                target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
+                reach = time_to_target(measured["loss_curve"], target, sps, settings["samples"])
+                attrs["loss_target"] = target if math.isfinite(target) else None
+                # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
+                attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
+                attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
+                attrs["target_reached"] = reach.reached
+                if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
+                    kind, reason = "no_loss_curve", "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
+                values = objective_values(settings["objective"], sps, loss, reach.seconds)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
         if outcome.log_tail:
@@ -578,6 +589,17 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             study.tell(trial, values)
     except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
         raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _loss_target(study, curve, settings: Mapping[str, Any]) -> float:
+    """The time-to-quality target: the baseline's smoothed final training loss (this trial is the
+    baseline, or the study's baseline predates the target and its stored curve is used)."""
+    from autotune.objective import loss_target
+
+    info = study.user_attrs.get(BASELINE_ATTR)
+    if info is not None and info.get("trial") is not None:
+        curve = study.get_trials(deepcopy=False)[info["trial"]].user_attrs.get("loss_curve") or curve
+    return loss_target(curve, settings["samples"])
 
 
 def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
@@ -737,7 +759,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(["samples_per_sec", settings["monitor"]] if settings["objective"] == "pareto" else ["samples_per_sec"])
+            study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials))
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
@@ -988,7 +1010,12 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 pending[0] = 0
                 study.set_user_attr(
                     BASELINE_ATTR,
-                    {"trial": frozen.number, "samples_per_sec": frozen.user_attrs["samples_per_sec"], "loss": frozen.user_attrs["loss"]},
+                    {
+                        "trial": frozen.number,
+                        "samples_per_sec": frozen.user_attrs["samples_per_sec"],
+                        "loss": frozen.user_attrs["loss"],
+                        "loss_target": frozen.user_attrs.get("loss_target"),
+                    },
                 )
 
     run_start = time.monotonic()
@@ -1107,9 +1134,19 @@ def records_of(study) -> list:
                 samples_per_sec=float(attrs.get("samples_per_sec", math.nan)),
                 loss=float(attrs.get("loss", math.nan)),
                 baseline=bool(attrs.get("baseline", False)),
+                time_to_target=_seconds_to_target(attrs),
+                target_reached=bool(attrs.get("target_reached", False)),
             )
         )
     return out
+
+
+def _seconds_to_target(attrs: Mapping[str, Any]) -> float:
+    """A trial's stored ``time_to_target``: ``inf`` when stored as None (never reached), NaN when absent."""
+    if "time_to_target" not in attrs:
+        return math.nan
+    value = attrs["time_to_target"]
+    return math.inf if value is None else float(value)
 
 
 def recommendation(study, settings: Mapping[str, Any]):
@@ -1141,6 +1178,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
     from autotune.export import lightning_cli_config, render_yaml
     from autotune.hardware import Hardware
+    from autotune.report import quality_line
     from autotune.loader import read_user_config
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
@@ -1156,6 +1194,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
+        *([quality] if (quality := quality_line(trial, baseline)) else []),
         f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",

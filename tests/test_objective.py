@@ -4,8 +4,12 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.objective import (
+    TimeToTarget,
     TrialRecord,
     constraint_value,
+    loss_target,
+    smooth_curve,
+    time_to_target,
     directions,
     final_loss,
     pareto_front,
@@ -64,3 +68,55 @@ def test_pareto_front_and_pareto_recommendation():
 def test_tolerance_out_of_range(value):
     with pytest.raises(UsageError, match="--loss-tolerance"):
         validate_tolerance(value)
+
+
+def _log_curve(a: float, b: float, samples: int, step: int = 64):
+    """A noiseless curve loss = a + b ln(samples seen)."""
+    return [(s, a + b * math.log(s)) for s in range(step, samples + 1, step)]
+
+
+def test_smooth_curve_is_a_trailing_mean_over_samples():
+    curve = [(10, 4.0), (20, 2.0), (30, 6.0), (40, 0.0)]
+    assert smooth_curve(curve, 20) == [(20, 3.0), (30, 4.0), (40, 3.0)]
+    assert smooth_curve([(10, 1.0), (20, math.nan), (30, 3.0)], 100) == [(30, 2.0)]  # shorter than the window
+
+
+def test_loss_target_is_the_mean_of_the_last_tenth():
+    curve = [(s, 1.0 if s <= 900 else 0.5) for s in range(100, 1001, 100)]
+    assert loss_target(curve, 1000) == pytest.approx(0.5)
+    assert math.isnan(loss_target([], 1000))
+
+
+def test_time_to_target_interpolates_the_crossing():
+    curve = [(s, 10.0 - s / 100) for s in range(10, 1001, 10)]  # falls 1 per 100 samples
+    smoothed_lag = 0.1 * 1000 / 2 / 100  # a trailing mean over 100 samples lags by ~50 samples
+    got = time_to_target(curve, target=5.0, samples_per_sec=100.0, budget_samples=1000)
+    assert got.reached
+    assert got.samples == pytest.approx(500 + 100 * smoothed_lag - 5, abs=1.0)
+    assert got.seconds == pytest.approx(got.samples / 100.0)
+
+
+def test_time_to_target_extrapolates_a_log_curve_and_marks_it():
+    curve = _log_curve(5.0, -0.5, 4096)
+    target = 5.0 - 0.5 * math.log(16384)  # reached at 16,384 samples, 4x the budget
+    got = time_to_target(curve, target, samples_per_sec=1000.0, budget_samples=4096)
+    assert not got.reached
+    # the smoothing lag shifts the fitted line; within 15% of the true crossing
+    assert got.samples == pytest.approx(16384, rel=0.15)
+    assert got.seconds == pytest.approx(got.samples / 1000.0)
+    flat = [(s, 2.0) for s in range(64, 4097, 64)]
+    assert time_to_target(flat, 1.0, 1000.0, 4096) == TimeToTarget(math.inf, math.inf, False)
+    assert math.isnan(time_to_target([], 1.0, 1000.0, 4096).seconds)
+
+
+def test_time_to_quality_ranks_reached_trials_above_extrapolated_ones():
+    records = [
+        TrialRecord(0, True, 100.0, 1.0, baseline=True, time_to_target=10.0, target_reached=True),
+        TrialRecord(1, True, 300.0, 1.0, time_to_target=4.0, target_reached=False),  # a lucky extrapolation
+        TrialRecord(2, True, 200.0, 1.0, time_to_target=6.0, target_reached=True),
+        TrialRecord(3, True, 400.0, 2.0, time_to_target=1.0, target_reached=True),  # infeasible loss
+        TrialRecord(4, False, math.nan, math.nan),
+    ]
+    assert recommend(records, 1.0, 0.05, "time-to-quality").number == 2
+    assert directions("time-to-quality") == ["minimize"]
+    assert recommend(records[:2], 1.0, 0.05, "time-to-quality").number == 0

@@ -194,6 +194,31 @@ def test_pareto_objective(tmp_path, cli):
     assert (tmp_path / "p.yaml").is_file()
 
 
+def test_digits_time_to_quality_objective(tmp_path, cli):
+    db = tmp_path / "q.db"
+    out = tmp_path / "q.yaml"
+    r = cli("search", EXAMPLES / "digits" / "model.py", "--trials", 3, "--samples", 1024, "--objective", "time-to-quality",
+            "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    study = load(db, "digits")
+    assert study.directions == [optuna.study.StudyDirection.MINIMIZE] and study.metric_names == ["time_to_target_seconds"]
+    baseline = study.trials[0]
+    target = baseline.user_attrs["loss_target"]
+    assert baseline.user_attrs["target_reached"] and target > 0
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    for t in complete:
+        assert t.user_attrs["loss_target"] == target  # every trial is judged against the baseline's loss
+        seconds = t.user_attrs["time_to_target"]
+        assert t.values[0] == (seconds if seconds is not None else float("inf"))
+        if t.user_attrs["target_reached"]:
+            assert seconds == pytest.approx(t.user_attrs["samples_to_target"] / t.user_attrs["samples_per_sec"])
+            assert t.user_attrs["samples_to_target"] <= t.user_attrs["samples_seen"]
+    # the recommendation: the feasible trial that reached the target soonest (reached ones before estimates)
+    feasible = [t for t in complete if t.user_attrs["feasible"]]
+    best = min(feasible, key=lambda t: (not t.user_attrs["target_reached"], t.values[0]))
+    assert f"recommended: trial {best.number}" in r.stdout
+    assert "time to the baseline's training loss" in out.read_text()
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
