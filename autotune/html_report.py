@@ -168,7 +168,9 @@ def _importances(study, settings, recommended, baseline):
     import optuna
 
     trials = _complete(study)
-    varied = [name for name in settings.get("space", {}) if len({repr(t.params.get(name)) for t in trials}) > 1]
+    from autotune.space import param_name
+
+    varied = [name for name, entry in settings.get("space", {}).items() if len({repr(t.params.get(param_name(name, entry))) for t in trials}) > 1]
     if len(trials) < 3 or not varied:
         raise _Missing("Parameter importances need at least 3 complete trials that differ in some parameter.")
     with warnings.catch_warnings():

@@ -156,10 +156,13 @@ class ConsoleUI:
         def fmt(value: Any) -> str:
             return f"{value:.3g}" if isinstance(value, float) else str(value)
 
-        space = ", ".join(
-            f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]" if "choices" in v else f"{k}={fmt(v['low'])}..{fmt(v['high'])}{' (log)' if v.get('log') else ''}"
-            for k, v in settings["space"].items()
-        )
+        def knob(k: str, v: Mapping[str, Any]) -> str:
+            text = f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]" if "choices" in v else f"{k}={fmt(v['low'])}..{fmt(v['high'])}{' (log)' if v.get('log') else ''}"
+            if "scaling" in v:
+                text = text.replace("lr=", "lr_multiplier=", 1) + f" (x baseline lr scaled by effective batch, {v['scaling']})"
+            return text
+
+        space = ", ".join(knob(k, v) for k, v in settings["space"].items())
         self.info(
             f"objective {settings['objective']} (loss tolerance {settings['loss_tolerance']:.0%}, monitor {settings['monitor']}), "
             f"{settings['samples']} training samples per trial, devices={settings['devices']}"

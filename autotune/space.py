@@ -10,6 +10,13 @@ numbers ``log`` and ``step``)::
       high: 10.0
       log: true
       relative: true   # bounds are multiples of the model's own lr
+    lr_scaling: sqrt   # optional: lr follows the effective batch size (none | linear | sqrt)
+
+With ``lr_scaling: linear`` or ``sqrt`` the learning rate is tied to the batch size: the sampled
+value is a multiplier (Optuna parameter ``lr_multiplier``, bounds from a ``relative: true`` range)
+on the baseline's lr scaled by ``effective batch / baseline effective batch`` (linear, Goyal et al.
+2017, "Accurate, Large Minibatch SGD") or by its square root (Krizhevsky 2014, "One weird trick";
+Hoffer et al. 2017); see :func:`scaled_lr`. The trial config, and so the export, holds the final lr.
 
 Three steps turn a file into what the sampler sees:
 
@@ -48,7 +55,52 @@ __all__ = [
     "distributions",
     "default_space_path",
     "find_space",
+    "Space",
+    "LR_SCALINGS",
+    "scaled_lr",
 ]
+
+#: Values of the space option ``lr_scaling``.
+LR_SCALINGS = ("none", "linear", "sqrt")
+
+
+class Space(dict):
+    """Knob name to :class:`KnobSpec` (a dict), plus the space's options.
+
+    Attributes:
+        lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"`` (see the module docstring).
+    """
+
+    lr_scaling: str = "none"
+
+
+def scaled_lr(base_lr: float, multiplier: float, effective_batch: int, base_effective_batch: int, scaling: str) -> float:
+    """The learning rate of a trial under ``lr_scaling``.
+
+    ``lr = base_lr * multiplier * r`` with ``r = effective_batch / base_effective_batch`` for
+    ``"linear"`` (Goyal et al. 2017), ``sqrt(r)`` for ``"sqrt"`` (Krizhevsky 2014; Hoffer et al.
+    2017), ``1`` for ``"none"``.
+
+    Args:
+        base_lr: The baseline's lr (``> 0``).
+        multiplier: The sampled multiplier (``> 0``); 1 reproduces the scaling rule exactly.
+        effective_batch: The trial's batch size x accumulation x devices x nodes (``>= 1``).
+        base_effective_batch: The baseline's (``>= 1``).
+        scaling: One of :data:`LR_SCALINGS`.
+
+    Raises:
+        ValueError: Unknown ``scaling``.
+    """
+    ratio = effective_batch / base_effective_batch
+    if scaling == "linear":
+        factor = ratio
+    elif scaling == "sqrt":
+        factor = ratio**0.5
+    elif scaling == "none":
+        factor = 1.0
+    else:
+        raise ValueError(f"unknown lr_scaling {scaling!r}; choose one of {list(LR_SCALINGS)}")
+    return base_lr * multiplier * factor
 
 #: Every knob a space may name, with its value type.
 KNOB_TYPES: dict[str, type] = {
@@ -112,9 +164,14 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
         data = {}
     if not isinstance(data, Mapping):
         raise SpaceError(f"{source}: a space must be a mapping of knob names to specs, got {type(data).__name__}")
+    data = dict(data)
+    lr_scaling = data.pop("lr_scaling", "none")
+    if lr_scaling not in LR_SCALINGS:
+        raise SpaceError(f"{source}: lr_scaling must be one of {list(LR_SCALINGS)}, got {lr_scaling!r}")
     if not data:
         raise SpaceError(f"{source}: the space names no knob; give at least one of {sorted(KNOB_TYPES)}")
-    space: dict[str, KnobSpec] = {}
+    space = Space()
+    space.lr_scaling = lr_scaling
     for name, spec in data.items():
         if name not in KNOB_TYPES:
             raise SpaceError(f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}")
@@ -172,6 +229,9 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
             if step < 1 or log:
                 raise SpaceError(f"{source}: {where}.step must be >= 1 and cannot be combined with log, got {step!r}")
         space[name] = KnobSpec(name=name, low=low, high=high, log=log, step=step, relative=relative)
+    if lr_scaling != "none" and "lr" in space and not space["lr"].relative:
+        raise SpaceError(f"{source}: lr_scaling: {lr_scaling} makes lr a multiplier of the scaled baseline lr; "
+                         "give lr as a range with relative: true (e.g. low: 0.5, high: 2.0)")
     return space
 
 
@@ -263,7 +323,8 @@ def resolve_space(
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
         ``{"low", "high", "log", "step"}`` with absolute values (JSON-serialisable), and one line
-        per change made (printed as warnings).
+        per change made (printed as warnings). Under ``lr_scaling`` the ``lr`` entry holds
+        multipliers (1 included) and ``"scaling"``; it is there even when the file names no lr.
 
     Raises:
         SpaceError: ``explicit`` and a knob cannot be applied to this model, or no precision is left.
@@ -272,7 +333,20 @@ def resolve_space(
     notes: list[str] = []
     removed_precisions = unsupported_precisions(hardware)
     worker_cap = cores_per_device(hardware, baseline.devices)
+    lr_scaling = getattr(space, "lr_scaling", "none")
+    if lr_scaling != "none":
+        if not applicable.get("lr", False) or baseline.lr is None:
+            raise SpaceError(f"{source}: lr_scaling: {lr_scaling} needs a model with an lr (or learning_rate) argument; remove lr_scaling")
+        if "lr" not in space:
+            space = {**space, "lr": KnobSpec(name="lr", choices=(1.0,))}
     for name, spec in space.items():
+        if name == "lr" and lr_scaling != "none":
+            if spec.choices is not None:
+                entry = {"choices": sorted(set(map(float, spec.choices)) | {1.0})}
+            else:
+                entry = {"low": float(min(spec.low, 1.0)), "high": float(max(spec.high, 1.0)), "log": spec.log}
+            resolved[name] = {**entry, "scaling": lr_scaling}
+            continue
         if not applicable.get(name, False):
             message = f"{source}: knob {name!r} cannot be applied to this model (see the README: where autotune looks for {name})"
             if explicit:
@@ -337,6 +411,7 @@ def distributions(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name, entry in resolved.items():
+        name = param_name(name, entry)
         if "choices" in entry:
             out[name] = CategoricalDistribution(list(entry["choices"]))
         elif KNOB_TYPES[name] is int:
@@ -359,16 +434,27 @@ def suggest_config(trial: Any, resolved: Mapping[str, Mapping[str, Any]], baseli
     """
     values: dict[str, Any] = {}
     for name, entry in resolved.items():
+        key = param_name(name, entry)
         if "choices" in entry:
-            values[name] = trial.suggest_categorical(name, list(entry["choices"]))
+            values[name] = trial.suggest_categorical(key, list(entry["choices"]))
         elif KNOB_TYPES[name] is int:
-            values[name] = trial.suggest_int(name, entry["low"], entry["high"], log=entry.get("log", False), step=entry.get("step") or 1)
+            values[name] = trial.suggest_int(key, entry["low"], entry["high"], log=entry.get("log", False), step=entry.get("step") or 1)
         else:
-            values[name] = trial.suggest_float(name, entry["low"], entry["high"], log=entry.get("log", False))
+            values[name] = trial.suggest_float(key, entry["low"], entry["high"], log=entry.get("log", False))
+    lr_entry = resolved.get("lr", {})
+    if "scaling" in lr_entry:
+        multiplier = values.pop("lr")
+        config = baseline.replace(**values)
+        return config.replace(lr=scaled_lr(baseline.lr, multiplier, config.effective_batch_size, baseline.effective_batch_size, lr_entry["scaling"]))
     return baseline.replace(**values)
+
+
+def param_name(name: str, entry: Mapping[str, Any]) -> str:
+    """The Optuna parameter of a resolved knob: ``lr_multiplier`` for an lr under ``lr_scaling``."""
+    return "lr_multiplier" if name == "lr" and "scaling" in entry else name
 
 
 def baseline_params(resolved: Mapping[str, Any], baseline: TrialConfig) -> dict[str, Any]:
     """The baseline's values of the searched knobs (what ``study.enqueue_trial`` takes)."""
-    return {name: getattr(baseline, name) for name in resolved}
+    return {param_name(name, entry): (1.0 if param_name(name, entry) != name else getattr(baseline, name)) for name, entry in resolved.items()}
 

@@ -365,7 +365,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
     num_nodes = opts.num_nodes or 1
     baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
-    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in space}
+    from autotune.space import KNOB_TYPES
+
+    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in KNOB_TYPES}
     resolved, notes = resolve_space(
         space,
         baseline=baseline,

@@ -197,8 +197,12 @@ def test_pareto_objective(tmp_path, cli):
 def test_digits_time_to_quality_objective(tmp_path, cli):
     db = tmp_path / "q.db"
     out = tmp_path / "q.yaml"
+    space = tmp_path / "space.yaml"  # with lr tied to the batch size (sqrt scaling)
+    space.write_text("batch_size: {choices: [32, 64, 128]}\naccumulate_grad_batches: {low: 1, high: 2}\n"
+                     "lr: {low: 0.5, high: 2.0, log: true, relative: true}\nlr_scaling: sqrt\n")
     r = cli("search", EXAMPLES / "digits" / "model.py", "--trials", 3, "--samples", 1024, "--objective", "time-to-quality",
-            "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+            "--space", space, "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    assert "lr_multiplier=0.5..2 (log) (x baseline lr scaled by effective batch, sqrt)" in r.stdout
     study = load(db, "digits")
     assert study.directions == [optuna.study.StudyDirection.MINIMIZE] and study.metric_names == ["time_to_target_seconds"]
     baseline = study.trials[0]
@@ -217,6 +221,14 @@ def test_digits_time_to_quality_objective(tmp_path, cli):
     best = min(feasible, key=lambda t: (not t.user_attrs["target_reached"], t.values[0]))
     assert f"recommended: trial {best.number}" in r.stdout
     assert "time to the baseline's training loss" in out.read_text()
+    for t in study.trials:  # the lr ran is the baseline's, scaled by sqrt(effective batch ratio), times the multiplier
+        ratio = t.user_attrs["effective_batch_size"] / baseline.user_attrs["effective_batch_size"]
+        expected = 0.001 * t.params["lr_multiplier"] * ratio**0.5
+        assert t.user_attrs["config"]["lr"] == pytest.approx(expected)
+        if t.state.name == "COMPLETE":
+            assert t.user_attrs["lr_ran"] == pytest.approx(expected)
+    exported = yaml.safe_load(out.read_text())
+    assert exported["model"]["lr"] == pytest.approx(best.user_attrs["config"]["lr"])  # the final lr, not the multiplier
 
 
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):

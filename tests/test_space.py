@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from autotune.config import TrialConfig
@@ -106,3 +108,57 @@ def test_suggest_config_follows_the_distributions():
         assert 5e-4 <= config.lr <= 2e-3
         assert set(trial.distributions) == set(dists)
         study.tell(trial, 1.0)
+
+
+@pytest.mark.parametrize("scaling, expected", [("none", 0.002), ("linear", 0.002 * 8), ("sqrt", 0.002 * 8**0.5)])
+def test_scaled_lr_follows_the_effective_batch(scaling, expected):
+    from autotune.space import scaled_lr
+
+    assert scaled_lr(0.001, 2.0, 256, 32, scaling) == pytest.approx(expected)
+    assert scaled_lr(0.001, 1.0, 32, 32, scaling) == pytest.approx(0.001)  # the baseline keeps its lr
+    with pytest.raises(ValueError, match="unknown lr_scaling 'cubic'"):
+        scaled_lr(0.001, 1.0, 32, 32, "cubic")
+
+
+def _baseline():
+    return TrialConfig(batch_size=32, lr=1e-3, num_workers=0)
+
+
+def test_lr_scaling_samples_a_multiplier_and_the_config_holds_the_final_lr():
+    import optuna
+
+    from autotune.space import baseline_params
+
+    space = parse_space({"batch_size": {"choices": [32, 128]}, "accumulate_grad_batches": {"choices": [1, 2]},
+                         "lr": {"low": 0.5, "high": 2.0, "log": True, "relative": True}, "lr_scaling": "linear"})
+    assert space.lr_scaling == "linear"
+    base = _baseline()
+    resolved, _ = resolve_space(space, baseline=base, hardware=CPU, applicable=ALL, explicit=True)
+    assert resolved["lr"] == {"low": 0.5, "high": 2.0, "log": True, "scaling": "linear"}
+    assert baseline_params(resolved, base)["lr_multiplier"] == 1.0
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(6):
+        trial = study.ask()
+        config = suggest_config(trial, resolved, base)
+        ratio = config.effective_batch_size / base.effective_batch_size
+        assert config.lr == pytest.approx(base.lr * trial.params["lr_multiplier"] * ratio)
+        assert "lr" not in trial.params
+    # no lr in the file: the lr still follows the batch (multiplier 1)
+    only_batch = parse_space({"batch_size": {"choices": [32, 128]}, "lr_scaling": "sqrt"})
+    resolved, _ = resolve_space(only_batch, baseline=base, hardware=CPU, applicable=ALL, explicit=True)
+    study = optuna.create_study()
+    study.enqueue_trial({"batch_size": 128})
+    trial = study.ask()
+    assert suggest_config(trial, resolved, base).lr == pytest.approx(base.lr * (128 / base.batch_size) ** 0.5)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"lr": {"low": 0.1, "high": 1.0}, "lr_scaling": "cubic"}, "lr_scaling must be one of ['none', 'linear', 'sqrt'], got 'cubic'"),
+        ({"lr": {"low": 0.0001, "high": 0.01}, "lr_scaling": "linear"}, "give lr as a range with relative: true"),
+    ],
+)
+def test_bad_lr_scaling(data, message):
+    with pytest.raises(SpaceError, match=re.escape(message)):
+        parse_space(data, "s.yaml")
