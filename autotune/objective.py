@@ -36,6 +36,8 @@ __all__ = [
     "loss_target",
     "TimeToTarget",
     "time_to_target",
+    "INPUT_BOUND_FRACTION",
+    "input_bound_advice",
 ]
 
 OBJECTIVES = ("throughput", "time-to-quality", "pareto")
@@ -301,3 +303,42 @@ def validate_tolerance(value: Any) -> float:
     if not 0.0 <= value < 1.0:
         raise UsageError(f"--loss-tolerance must be in [0, 1) (a fraction: 0.05 means 5%), got {value!r}")
     return value
+
+
+#: Data-wait fraction above which a config is called input-bound.
+INPUT_BOUND_FRACTION = 0.10
+
+
+def input_bound_advice(data_wait_fraction: float, config: Mapping[str, Any], space: Mapping[str, Mapping[str, Any]], accelerator: str) -> str | None:
+    """Whether a config is input-bound, and which DataLoader knobs to widen.
+
+    A config is input-bound when more than :data:`INPUT_BOUND_FRACTION` of its steady-state step
+    time is spent waiting for data (``data_wait_fraction``: the time between the end of one batch
+    and the start of the next, over the step interval).
+
+    Args:
+        data_wait_fraction: The config's measured fraction, ``0..1``.
+        config: The config (``num_workers``, ...), as stored on the trial.
+        space: The resolved space (to tell whether ``num_workers`` sat at the top of its range).
+        accelerator: ``"gpu"`` or ``"cpu"`` (``pin_memory`` only helps host-to-GPU copies).
+
+    Returns:
+        One line of advice, or ``None`` when the config is not input-bound.
+    """
+    if not (data_wait_fraction > INPUT_BOUND_FRACTION):
+        return None
+    workers = int(config.get("num_workers") or 0)
+    knobs = []
+    entry = space.get("num_workers")
+    top = None if entry is None else (max(entry["choices"]) if "choices" in entry else entry["high"])
+    if entry is None or workers >= top:
+        knobs.append(f"more num_workers (this config uses {workers}{', the top of the searched range' if entry is not None else ''})")
+    else:
+        knobs.append(f"num_workers (this config uses {workers}, the space allows up to {top})")
+    if accelerator == "gpu":
+        knobs.append("pin_memory=True")
+    if workers > 0:
+        knobs.append("prefetch_factor (default 2)")
+        knobs.append("persistent_workers=True")
+    return (f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%}); "
+            f"widen: {', '.join(knobs)}; or make the data pipeline cheaper (pre-processed tensors, less work per sample)")

@@ -221,6 +221,9 @@ class ConsoleUI:
         quality = quality_line(recommended, baseline)
         if quality:
             self.console.print(quality, markup=False)
+        advice = input_bound_line(recommended, settings)
+        if advice:
+            self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
         if export_path is not None:
             self.console.print(f"config written to {export_path}", markup=False)
 
@@ -235,6 +238,14 @@ def quality_line(trial, baseline) -> str | None:
     how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
     return (f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
             f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster")
+
+
+def input_bound_line(trial, settings: Mapping[str, Any]) -> str | None:
+    """:func:`autotune.objective.input_bound_advice` for a stored trial of a study."""
+    from autotune.objective import input_bound_advice
+
+    accelerator = (settings.get("hardware") or {}).get("accelerator", "cpu")
+    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.get("space", {}), accelerator)
 
 
 def make_ui(quiet: bool = False) -> ConsoleUI:

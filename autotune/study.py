@@ -1180,7 +1180,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
     from autotune.export import lightning_cli_config, render_yaml
     from autotune.hardware import Hardware
-    from autotune.report import quality_line
+    from autotune.report import input_bound_line, quality_line
     from autotune.loader import read_user_config
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
@@ -1197,6 +1197,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
         *([quality] if (quality := quality_line(trial, baseline)) else []),
+        *([advice] if (advice := input_bound_line(trial, settings)) else []),
         f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
@@ -1229,6 +1230,8 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
         from optuna_dashboard import save_note
     except ImportError:  # pragma: no cover - optuna-dashboard is a dependency
         return
+    from autotune.report import input_bound_line, quality_line
+
     config = trial.user_attrs["config"]
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
     rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in config.items())
@@ -1239,6 +1242,9 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
         f"(tolerance {settings['loss_tolerance']:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
         f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
+    for line in (quality_line(trial, baseline), input_bound_line(trial, settings)):
+        if line:
+            note += f"\n{line}\n"
     try:
         save_note(study, note)
     except Exception as e:  # the note is a convenience; the export already succeeded

@@ -120,3 +120,19 @@ def test_time_to_quality_ranks_reached_trials_above_extrapolated_ones():
     assert recommend(records, 1.0, 0.05, "time-to-quality").number == 2
     assert directions("time-to-quality") == ["minimize"]
     assert recommend(records[:2], 1.0, 0.05, "time-to-quality").number == 0
+
+
+def test_input_bound_advice_names_the_knobs_to_widen():
+    from autotune.objective import input_bound_advice
+
+    space = {"num_workers": {"low": 0, "high": 2}}
+    assert input_bound_advice(0.08, {"num_workers": 0}, space, "gpu") is None
+    at_top = input_bound_advice(0.35, {"num_workers": 2}, space, "gpu")
+    assert at_top.startswith("input-bound: 35% of each step waits for data")
+    assert "more num_workers (this config uses 2, the top of the searched range)" in at_top
+    assert "pin_memory=True" in at_top and "prefetch_factor" in at_top and "persistent_workers=True" in at_top
+    no_workers = input_bound_advice(0.2, {"num_workers": 0}, space, "cpu")
+    assert "num_workers (this config uses 0, the space allows up to 2)" in no_workers
+    # persistent_workers and prefetch_factor mean nothing without workers; pin_memory nothing on a CPU
+    assert "persistent_workers" not in no_workers and "prefetch_factor" not in no_workers and "pin_memory" not in no_workers
+    assert "more num_workers (this config uses 0)" in input_bound_advice(0.2, {"num_workers": 0}, {}, "cpu")
