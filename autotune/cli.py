@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", dest="data_class", help="LightningDataModule class to use when the file defines several")
     s.add_argument("--config", dest="config_file", help="LightningCLI YAML with your own trainer:/model:/data: values (the baseline)")
     s.add_argument("--space", dest="space_file", help="search space YAML (default: search_spaces/default.yaml)")
-    s.add_argument("--objective", choices=None, help="throughput (default), time-to-quality, or pareto (see docs/objectives.md)")
+    s.add_argument("--objective", choices=None, help="throughput (default), time-to-quality, goodput, or pareto (see docs/objectives.md)")
     s.add_argument("--loss-tolerance", type=_number, help="allowed worsening of the final loss vs the baseline, a fraction (default 0.05)")
     s.add_argument("--monitor", help="metric the module logs to judge convergence (default val_loss; train loss if not logged)")
     s.add_argument("--mode", help="min (default) or max: whether a lower or higher --monitor is better")

@@ -61,6 +61,7 @@ FAIL_KINDS: dict[str, tuple[str, str]] = {
     "monitor_missing": ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
     "no_measurement": ("too few steps after the warm-up to measure throughput", "raise --samples"),
     "no_loss_curve": ("--objective time-to-quality, and training_step returned no loss tensor to build the curve from", "return the loss from training_step, or use --objective throughput"),
+    "no_noise_scale": ("--objective goodput, and no optimizer step measured the gradient noise scale", "raise --samples (at least 4 optimizer steps per trial)"),
     "interrupted": ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
     "node_lost": ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
 }

@@ -241,6 +241,20 @@ def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> di
         "batches": rank0["batches"],
         "warmup_batches": rank0["warmup_batches"],
         "samples_seen": rank0["samples_seen"],
+        "noise": _merge_noise([r.get("noise") for r in ranks]),
+    }
+
+
+def _merge_noise(reports: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """Average the ranks' ``grad_sq`` and ``trace`` estimates (each rank measured its own local gradient)."""
+    got = [r for r in reports if r]
+    if not got:
+        return None
+    return {
+        "grad_sq": statistics.fmean(r["grad_sq"] for r in got),
+        "trace": statistics.fmean(r["trace"] for r in got),
+        "measurements": sum(r["measurements"] for r in got),
+        "method": got[0]["method"],
     }
 
 
@@ -326,6 +340,8 @@ def measure_callback_class(pl: Any = None) -> type:
 def _make_callback_class(pl: Any) -> type:
     import torch
 
+    from autotune.noise import mean_terms, noise_terms
+
     class MeasureCallback(pl.Callback):
         """Records per-batch timing, size and loss of one rank (see the module docstring).
 
@@ -383,6 +399,16 @@ def _make_callback_class(pl: Any) -> type:
             # rank 0 writes a progress preview here about twice a second (autotune's live view reads it)
             self.progress_file = os.environ.get("AUTOTUNE_PROGRESS_FILE")
             self._progress_at = 0.0
+            # gradient noise scale (autotune.noise): measured on about 16 optimizer steps spread over the run
+            self.noise_every = max(1, total_batches // k // 16)
+            self.noise_method: str | None = None
+            self._opt_steps = 0
+            self._noise: list[tuple[Any, Any]] = []
+            self._pair: list[Any] | None = None
+            self._pair_sq: Any = None
+            self._micro_sq: list[Any] = []
+            self._micro_prev: list[Any] | None = None
+            self._local_sq: Any = None
 
         def _sync(self) -> None:
             if self.cuda:
@@ -397,6 +423,7 @@ def _make_callback_class(pl: Any) -> type:
                 raise TrialFault("num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {self.num_workers}")
             if trainer.optimizers:
                 self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
+            self._start_noise(trainer)
             self._sync()
             self._last_end = time.perf_counter()
             self._train_start = self._window_start = self._last_end  # moved to the warm-up's end when training ends
@@ -469,6 +496,92 @@ def _make_callback_class(pl: Any) -> type:
                 seen = sum(self.sizes[: first + 1]) * self.world_size
                 raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
 
+        # --- gradient noise scale: small batches against the combined one (see autotune.noise) ---
+
+        def _start_noise(self, trainer) -> None:
+            if getattr(trainer.lightning_module, "automatic_optimization", True) is False:
+                return  # manual optimization: no hook sees the combined gradient
+            if self.world_size > 1:
+                model = trainer.strategy.model
+                if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+                    def hook(state, bucket):
+                        # this rank's own gradient, before the all-reduce averages it with the others
+                        if self._measuring():
+                            local = bucket.buffer().float().pow(2).sum()
+                            self._local_sq = local if self._local_sq is None else self._local_sq + local
+                        return allreduce_hook(None, bucket)
+
+                    model.register_comm_hook(None, hook)
+                    self.noise_method = "ddp_ranks"
+            elif self.accumulate > 1:
+                self.noise_method = "micro_batches"
+            else:
+                self.noise_method = "consecutive_steps"
+
+        def _measuring(self) -> bool:
+            return self._opt_steps >= 1 and self._opt_steps % self.noise_every == 0
+
+        @staticmethod
+        def _grads(pl_module) -> list:
+            return [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
+
+        @staticmethod
+        def _sq(tensors) -> Any:
+            if not tensors:
+                return torch.zeros(())
+            return torch.stack([n.float() for n in torch._foreach_norm([t.float() for t in tensors])]).pow(2).sum()
+
+        @staticmethod
+        def _amp_scale(trainer) -> float:
+            scaler = getattr(trainer.precision_plugin, "scaler", None)
+            return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+
+        def on_after_backward(self, trainer, pl_module) -> None:
+            if self.noise_method != "micro_batches" or not self._measuring():
+                return
+            current = self._grads(pl_module)  # the sum over micro-batches so far, each scaled by 1/accumulate
+            factor = self.accumulate / self._amp_scale(trainer)
+            micro = current if self._micro_prev is None else torch._foreach_sub(current, self._micro_prev)
+            self._micro_sq.append(self._sq(micro) * factor**2)
+            self._micro_prev = [g.clone() for g in current]
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+            try:
+                if self.noise_method is None:
+                    return
+                measuring = self._measuring()
+                per_rank = self.batch_size * self.accumulate
+                if self.noise_method == "consecutive_steps":
+                    grads = self._grads(pl_module)
+                    if self._pair is not None:  # the second step of a pair: two batches against their mean
+                        sq_small = (self._pair_sq + self._sq(grads)) / 2
+                        sq_big = self._sq(torch._foreach_add(self._pair, grads)) / 4
+                        self._noise.append(noise_terms(sq_small, self.batch_size, sq_big, 2 * self.batch_size))
+                        self._pair = None
+                    elif measuring:
+                        self._pair = [g.clone() for g in grads]
+                        self._pair_sq = self._sq(self._pair)
+                elif measuring and self.noise_method == "micro_batches" and len(self._micro_sq) == self.accumulate:
+                    sq_small = torch.stack(self._micro_sq).mean()
+                    self._noise.append(noise_terms(sq_small, self.batch_size, self._sq(self._grads(pl_module)), per_rank))
+                elif measuring and self.noise_method == "ddp_ranks" and self._local_sq is not None:
+                    sq_small = self._local_sq / self._amp_scale(trainer) ** 2
+                    self._noise.append(noise_terms(sq_small, per_rank, self._sq(self._grads(pl_module)), per_rank * self.world_size))
+            finally:
+                self._micro_sq, self._micro_prev, self._local_sq = [], None, None
+                self._opt_steps += 1
+
+        def noise_report(self) -> dict[str, Any] | None:
+            """Step-averaged ``grad_sq`` and ``trace`` (finite measurements only), or ``None``."""
+            pairs = [(float(g), float(t)) for g, t in self._noise]
+            pairs = [(g, t) for g, t in pairs if math.isfinite(g) and math.isfinite(t)]
+            if not pairs:
+                return None
+            grad_sq, trace = mean_terms(pairs)
+            return {"grad_sq": grad_sq, "trace": trace, "measurements": len(pairs), "method": self.noise_method}
+
         def on_train_end(self, trainer, pl_module) -> None:
             if self._window_end is None:  # stopped before the planned last batch
                 self._sync()
@@ -492,6 +605,7 @@ def _make_callback_class(pl: Any) -> type:
             report["first_batch_time"] = self.first_batch_time
             report["train_end_time"] = self.train_end_time
             report["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
+            report["noise"] = self.noise_report()
             report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
             if self.cuda:
                 report["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30

@@ -10,6 +10,8 @@ Objectives:
   (MLPerf Training's time-to-train, applied to short trials; :func:`time_to_target`), under the same
   tolerance constraint. A trial that reached the target is always ranked above one whose time was
   extrapolated from its curve.
+- ``goodput``: maximise throughput x statistical efficiency (Pollux), from the gradient noise scale
+  measured in the trial (:mod:`autotune.noise`), under the same tolerance constraint.
 - ``pareto``: two objectives, samples/s (maximise) and the loss (minimise, or maximise with
   ``mode="max"``); the recommendation is the fastest Pareto-optimal trial within the tolerance.
 """
@@ -40,7 +42,7 @@ __all__ = [
     "input_bound_advice",
 ]
 
-OBJECTIVES = ("throughput", "time-to-quality", "pareto")
+OBJECTIVES = ("throughput", "time-to-quality", "goodput", "pareto")
 
 #: Width of the smoothing window of a loss curve, as a fraction of the trial's sample budget
 #: (the same tenth that ``train_loss_final`` averages).
@@ -59,6 +61,7 @@ class TrialRecord:
         baseline: This is the baseline trial.
         time_to_target: Seconds to the baseline's loss (``time-to-quality``), or NaN.
         target_reached: The trial's curve reached the target (``False``: extrapolated).
+        goodput: Samples/s x statistical efficiency (``goodput``), or NaN.
     """
 
     number: int
@@ -68,6 +71,7 @@ class TrialRecord:
     baseline: bool = False
     time_to_target: float = math.nan
     target_reached: bool = True
+    goodput: float = math.nan
 
 
 def final_loss(
@@ -125,7 +129,7 @@ def directions(objective: str, mode: str = "min") -> list[str]:
     Raises:
         UsageError: Unknown objective.
     """
-    if objective == "throughput":
+    if objective in ("throughput", "goodput"):
         return ["maximize"]
     if objective == "time-to-quality":
         return ["minimize"]
@@ -134,10 +138,12 @@ def directions(objective: str, mode: str = "min") -> list[str]:
     raise UsageError(f"unknown objective {objective!r}; choose one of {list(OBJECTIVES)}")
 
 
-def objective_values(objective: str, samples_per_sec: float, loss: float, time_to_target: float = math.nan) -> list[float]:
+def objective_values(objective: str, samples_per_sec: float, loss: float, time_to_target: float = math.nan, goodput: float = math.nan) -> list[float]:
     """Values told to Optuna for a finished trial, in the order of :func:`directions`."""
     if objective == "throughput":
         return [samples_per_sec]
+    if objective == "goodput":
+        return [goodput]
     if objective == "time-to-quality":
         return [time_to_target]
     return [samples_per_sec, loss]
@@ -184,6 +190,9 @@ def recommend(
     if objective == "time-to-quality":
         timed = [r for r in feasible if not math.isnan(r.time_to_target)]
         return min(timed, key=lambda r: (not r.target_reached, r.time_to_target, not r.baseline, r.number)) if timed else None
+    if objective == "goodput":
+        scored = [r for r in feasible if not math.isnan(r.goodput)]
+        return max(scored, key=lambda r: (r.goodput, r.baseline, -r.number)) if scored else None
     return max(feasible, key=lambda r: (r.samples_per_sec, r.baseline, -r.number))
 
 

@@ -45,7 +45,7 @@ SETTINGS_ATTR = "autotune"
 #: Study user attribute holding the baseline's figures.
 BASELINE_ATTR = "baseline"
 #: Names of the values told to Optuna, per objective (``pareto`` adds the monitored metric).
-_METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to_target_seconds"]}
+_METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to_target_seconds"], "goodput": ["goodput"]}
 #: Settings that must not change when a study is resumed.
 _FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
 
@@ -575,7 +575,10 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 attrs["target_reached"] = reach.reached
                 if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
                     kind, reason = "no_loss_curve", "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
-                values = objective_values(settings["objective"], sps, loss, reach.seconds)
+                goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
+                if settings["objective"] == "goodput" and math.isnan(goodput) and kind is None:
+                    kind, reason = "no_noise_scale", "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
+                values = objective_values(settings["objective"], sps, loss, reach.seconds, goodput)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
         if outcome.log_tail:
@@ -591,6 +594,34 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             study.tell(trial, values)
     except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
         raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, batch: int, settings: Mapping[str, Any]) -> float:
+    """Store the gradient noise scale, the statistical efficiency and the goodput on ``attrs``;
+    return the goodput (NaN when the noise scale was not measured here nor in any other trial)."""
+    import statistics
+
+    from autotune.noise import noise_scale, statistical_efficiency
+
+    noise = measured.get("noise")
+    if noise:
+        scale, method = noise_scale(noise["grad_sq"], noise["trace"]), noise["method"]
+    else:
+        # too few optimizer steps to measure (a batch as large as the budget): the noise scale is a
+        # property of the model and data, so the median of the study's measured trials stands in
+        measured_scales = [t.user_attrs["gradient_noise_scale"] for t in study.get_trials(deepcopy=False)
+                           if t.state.name == "COMPLETE" and t.user_attrs.get("noise_method") not in (None, "study_median")
+                           and t.user_attrs.get("gradient_noise_scale") is not None]
+        if not measured_scales:
+            return math.nan
+        scale, method = statistics.median(measured_scales), "study_median"
+    base = TrialConfig.from_dict(settings["baseline_config"]).effective_batch_size
+    efficiency = statistical_efficiency(scale, batch, base)
+    attrs["gradient_noise_scale"] = scale if math.isfinite(scale) else None  # None: inf (all noise)
+    attrs["noise_method"] = method
+    attrs["statistical_efficiency"] = efficiency
+    attrs["goodput"] = sps * efficiency
+    return sps * efficiency
 
 
 def _loss_target(study, curve, settings: Mapping[str, Any]) -> float:
@@ -1138,6 +1169,7 @@ def records_of(study) -> list:
                 baseline=bool(attrs.get("baseline", False)),
                 time_to_target=_seconds_to_target(attrs),
                 target_reached=bool(attrs.get("target_reached", False)),
+                goodput=float(attrs.get("goodput", math.nan)),
             )
         )
     return out

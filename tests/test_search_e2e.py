@@ -150,6 +150,10 @@ def test_two_rank_ddp_trials_share_one_config(tmp_path, cli):
         assert t.user_attrs["config"]["devices"] == 2 and t.user_attrs["config"]["strategy"] == "ddp"
         assert all(r["first_batch_size"] == t.params["batch_size"] for r in ranks)
         assert t.user_attrs["effective_batch_size"] == 2 * t.params["batch_size"] * t.params["accumulate_grad_batches"]
+        # the gradient noise scale: each rank's local gradient (comm hook) against the all-reduced one
+        # (a trial of too few optimizer steps borrows the study's median)
+        assert t.user_attrs["noise_method"] in ("ddp_ranks", "study_median") and t.user_attrs["gradient_noise_scale"] > 0
+    assert study.trials[0].user_attrs["noise_method"] == "ddp_ranks"
 
 
 def test_faults_fail_their_trial_with_a_reason_and_the_study_goes_on(tmp_path, cli):
@@ -229,6 +233,30 @@ def test_digits_time_to_quality_objective(tmp_path, cli):
             assert t.user_attrs["lr_ran"] == pytest.approx(expected)
     exported = yaml.safe_load(out.read_text())
     assert exported["model"]["lr"] == pytest.approx(best.user_attrs["config"]["lr"])  # the final lr, not the multiplier
+
+
+def test_digits_goodput_objective(tmp_path, cli):
+    db = tmp_path / "g.db"
+    space = tmp_path / "space.yaml"  # accumulation 1 (consecutive steps) and 4 (micro-batches) both measure the noise scale
+    space.write_text("batch_size: {choices: [32, 64]}\naccumulate_grad_batches: {choices: [1, 4]}\n")
+    r = cli("search", EXAMPLES / "digits" / "model.py", "--trials", 4, "--samples", 1024, "--objective", "goodput",
+            "--space", space, "--storage", f"sqlite:///{db}", "--out", tmp_path / "g.yaml", check_rc=0)
+    study = load(db, "digits")
+    assert study.metric_names == ["goodput"]
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert complete[0].user_attrs["baseline"] and complete[0].user_attrs["statistical_efficiency"] == 1.0
+    methods = set()
+    for t in complete:
+        attrs = t.user_attrs
+        methods.add(attrs["noise_method"])
+        assert attrs["noise_method"] == ("micro_batches" if t.params["accumulate_grad_batches"] > 1 else "consecutive_steps")
+        assert 0 < attrs["gradient_noise_scale"] < 1e5
+        base = complete[0].user_attrs["effective_batch_size"]
+        noise = attrs["gradient_noise_scale"]
+        assert attrs["statistical_efficiency"] == pytest.approx((noise + base) / (noise + attrs["effective_batch_size"]))
+        assert t.values[0] == pytest.approx(attrs["samples_per_sec"] * attrs["statistical_efficiency"]) == attrs["goodput"]
+    best = max((t for t in complete if t.user_attrs["feasible"]), key=lambda t: t.values[0])
+    assert f"recommended: trial {best.number}" in r.stdout
 
 
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
