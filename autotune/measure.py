@@ -242,7 +242,15 @@ def merge_ranks(ranks: Sequence[Mapping[str, Any]], peak_memory_kind: str) -> di
         "warmup_batches": rank0["warmup_batches"],
         "samples_seen": rank0["samples_seen"],
         "noise": _merge_noise([r.get("noise") for r in ranks]),
+        "flops_per_sample": _mean_or_none([r.get("flops_per_sample") for r in ranks]),
+        "peak_flops": rank0.get("peak_flops"),
+        "peak_flops_source": rank0.get("peak_flops_source"),
     }
+
+
+def _mean_or_none(values: Sequence[Any]) -> float | None:
+    got = [float(v) for v in values if v]
+    return statistics.fmean(got) if got else None
 
 
 def _merge_noise(reports: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
@@ -409,6 +417,10 @@ def _make_callback_class(pl: Any) -> type:
             self._micro_sq: list[Any] = []
             self._micro_prev: list[Any] | None = None
             self._local_sq: Any = None
+            # FLOPs of the first batch (warm-up, outside the measured window), for MFU (autotune.flops)
+            self._flop_counter: Any = None
+            self.first_batch_flops: int | None = None
+            self.precision = str((static or {}).get("config", {}).get("precision", "32-true"))
 
         def _sync(self) -> None:
             if self.cuda:
@@ -445,9 +457,13 @@ def _make_callback_class(pl: Any) -> type:
                 )
             self.waits.append(now - self._last_end if self._last_end is not None else 0.0)
             self.sizes.append(n or 0)
+            if len(self.sizes) == 1:
+                self._start_flop_count()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             index = len(self.intervals)
+            if index == 0:
+                self._stop_flop_count()
             edge = (index + 1) % self.sync_every == 0 or index + 1 == self.total_batches
             if edge:
                 self._sync()
@@ -495,6 +511,40 @@ def _make_callback_class(pl: Any) -> type:
                 first = pending[int(bad.nonzero()[0])][0]
                 seen = sum(self.sizes[: first + 1]) * self.world_size
                 raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
+
+        def _start_flop_count(self) -> None:
+            try:
+                from torch.utils.flop_counter import FlopCounterMode
+
+                self._flop_counter = FlopCounterMode(display=False)
+                self._flop_counter.__enter__()
+            except Exception:  # FLOPs are a figure, never a reason for the trial to fail
+                self._flop_counter = None
+
+        def _stop_flop_count(self) -> None:
+            counter, self._flop_counter = self._flop_counter, None
+            if counter is None:
+                return
+            try:
+                counter.__exit__(None, None, None)
+                self.first_batch_flops = int(counter.get_total_flops())
+            except Exception:
+                self.first_batch_flops = None
+
+        def _flops_report(self, trainer) -> dict[str, Any]:
+            """FLOPs per sample of this rank's first batch; the device's peak (rank 0 only)."""
+            from autotune.flops import peak_flops
+
+            out: dict[str, Any] = {"flops_per_sample": None, "peak_flops": None, "peak_flops_source": None}
+            if self.first_batch_flops and self.sizes and self.sizes[0]:
+                out["flops_per_sample"] = self.first_batch_flops / self.sizes[0]
+            if trainer.global_rank == 0 and out["flops_per_sample"]:
+                try:
+                    precision = str(getattr(trainer, "precision", None) or self.precision)
+                    out["peak_flops"], out["peak_flops_source"] = peak_flops(trainer.strategy.root_device, precision)
+                except Exception:
+                    pass
+            return out
 
         # --- gradient noise scale: small batches against the combined one (see autotune.noise) ---
 
@@ -606,6 +656,7 @@ def _make_callback_class(pl: Any) -> type:
             report["train_end_time"] = self.train_end_time
             report["first_batch_size"] = record["sizes"][0] if record["sizes"] else None
             report["noise"] = self.noise_report()
+            report.update(self._flops_report(trainer))
             report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
             if self.cuda:
                 report["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -616,6 +667,7 @@ def _make_callback_class(pl: Any) -> type:
             write_rank_report(self.out_dir, trainer.global_rank, report)
 
         def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+            self._stop_flop_count()
             kind, message = classify_exception(exception)
             report = {**self.static, "rank": trainer.global_rank, "ok": False, "error": {"kind": kind, "message": message}}
             write_rank_report(self.out_dir, trainer.global_rank, report)

@@ -18,6 +18,7 @@ _COLUMNS = (
     ("lr", "lr"),
     ("effective_batch_size", "eff. batch"),
     ("samples_per_sec", "samples/s"),
+    ("mfu", "MFU"),
     ("loss", "loss"),
     ("to_target", "to target"),
     ("feasible", "feasible"),
@@ -51,6 +52,10 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "step_time_median": attrs.get("step_time_median"),
                 "data_wait_fraction": attrs.get("data_wait_fraction"),
                 "peak_memory_gib": attrs.get("peak_memory_gib"),
+                "mfu": attrs.get("mfu"),
+                "model_flops_per_sec": attrs.get("model_flops_per_sec"),
+                "goodput": attrs.get("goodput"),
+                "gradient_noise_scale": attrs.get("gradient_noise_scale"),
                 "loss": attrs.get("loss"),
                 "loss_source": attrs.get("loss_source"),
                 "time_to_target": attrs.get("time_to_target"),
@@ -97,6 +102,8 @@ def _fmt(key: str, value: Any) -> str:
             return f"{value:.3g}"
         if key == "samples_per_sec":
             return f"{value:,.0f}"
+        if key == "mfu":
+            return f"{value:.1%}"
         return f"{value:.4g}"
     if isinstance(value, bool):
         return "yes" if value else "NO"
@@ -218,9 +225,9 @@ class ConsoleUI:
             f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
             f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
         )
-        quality = quality_line(recommended, baseline)
-        if quality:
-            self.console.print(quality, markup=False)
+        for line in (flops_line(recommended), quality_line(recommended, baseline)):
+            if line:
+                self.console.print(line, markup=False)
         advice = input_bound_line(recommended, settings)
         if advice:
             self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
@@ -238,6 +245,16 @@ def quality_line(trial, baseline) -> str | None:
     how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
     return (f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
             f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster")
+
+
+def flops_line(trial) -> str | None:
+    """Model FLOPs per sample, FLOP/s and MFU of a trial, or None when they were not measured."""
+    attrs = trial.user_attrs
+    if not attrs.get("model_flops_per_sec"):
+        return None
+    mfu = f", MFU {attrs['mfu']:.1%} of the device's peak" if attrs.get("mfu") is not None else ""
+    return (f"model FLOPs: {attrs['flops_per_sample'] / 1e9:.4g} GFLOP per sample (forward + backward), "
+            f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}")
 
 
 def input_bound_line(trial, settings: Mapping[str, Any]) -> str | None:

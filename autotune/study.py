@@ -575,6 +575,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 attrs["target_reached"] = reach.reached
                 if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
                     kind, reason = "no_loss_curve", "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
+                _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
                 goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
                 if settings["objective"] == "goodput" and math.isnan(goodput) and kind is None:
                     kind, reason = "no_noise_scale", "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
@@ -594,6 +595,17 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             study.tell(trial, values)
     except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
         raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, config: Mapping[str, Any]) -> None:
+    """Store model FLOP/s and MFU on ``attrs`` (see :mod:`autotune.flops`); None where unknown."""
+    from autotune.flops import mfu
+
+    per_sample, peak = measured.get("flops_per_sample"), measured.get("peak_flops")
+    devices = int(config.get("devices", 1)) * int(config.get("num_nodes", 1))
+    attrs["model_flops_per_sec"] = per_sample * sps if per_sample else None
+    value = mfu(per_sample or 0.0, sps, peak or 0.0, devices)
+    attrs["mfu"] = value if math.isfinite(value) else None
 
 
 def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, batch: int, settings: Mapping[str, Any]) -> float:
@@ -1212,7 +1224,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
     from autotune.export import lightning_cli_config, render_yaml
     from autotune.hardware import Hardware
-    from autotune.report import input_bound_line, quality_line
+    from autotune.report import flops_line, input_bound_line, quality_line
     from autotune.loader import read_user_config
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
@@ -1228,6 +1240,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
+        *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
         *([advice] if (advice := input_bound_line(trial, settings)) else []),
         f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),

@@ -154,6 +154,11 @@ def test_two_rank_ddp_trials_share_one_config(tmp_path, cli):
         # (a trial of too few optimizer steps borrows the study's median)
         assert t.user_attrs["noise_method"] in ("ddp_ranks", "study_median") and t.user_attrs["gradient_noise_scale"] > 0
     assert study.trials[0].user_attrs["noise_method"] == "ddp_ranks"
+    for t in study.trials:
+        # Linear(8, 1): forward 2*8 FLOPs per sample, the weight gradient 2*8 (the input needs no gradient)
+        assert t.user_attrs["flops_per_sample"] == 32
+        assert t.user_attrs["model_flops_per_sec"] == pytest.approx(32 * t.user_attrs["samples_per_sec"])
+        assert 0 < t.user_attrs["mfu"] < 1
 
 
 def test_faults_fail_their_trial_with_a_reason_and_the_study_goes_on(tmp_path, cli):
