@@ -39,6 +39,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         note = attrs.get("fail_reason") or ""
         if attrs.get("baseline"):
             note = ("baseline " + note).strip()
+        if "confirm_of" in attrs:
+            note = (f"confirms #{attrs['confirm_of']} " + note).strip()
         if t.number == recommended_number:
             note = ("recommended " + note).strip()
         rows.append(
@@ -188,6 +190,10 @@ class ConsoleUI:
     def trial_progress(self, number: int, path: str) -> None:
         """Where the running trial ``number`` writes its progress preview (the live view reads it)."""
 
+    def stage(self, message: str, trials: int) -> None:
+        """A new stage of the run (the confirmation runs) adds ``trials`` trials."""
+        self.info(message)
+
     def stop(self) -> None:
         """End any live display (before the summary or an error message)."""
 
@@ -218,6 +224,10 @@ class ConsoleUI:
                 markup=False,
             )
         if recommended is None:
+            from autotune.study import confirmation_lines
+
+            for line in confirmation_lines(study, settings):
+                self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
         sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
@@ -225,7 +235,9 @@ class ConsoleUI:
             f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
             f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
         )
-        for line in (flops_line(recommended), quality_line(recommended, baseline)):
+        from autotune.study import confirmation_lines
+
+        for line in (flops_line(recommended), quality_line(recommended, baseline), *confirmation_lines(study, settings)):
             if line:
                 self.console.print(line, markup=False)
         advice = input_bound_line(recommended, settings)
@@ -315,6 +327,12 @@ class LiveUI(ConsoleUI):
 
     def trial_progress(self, number: int, path: str) -> None:
         self.running.setdefault(number, {"config": None, "baseline": False})["path"] = path
+
+    def stage(self, message: str, trials: int) -> None:
+        self.info(message)
+        if self.task is not None:
+            task = self.progress.tasks[0]
+            self.progress.update(self.task, total=(task.total or 0) + trials)
 
     def trial_finished(self, trial) -> None:
         self.running.pop(trial.number, None)

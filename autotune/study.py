@@ -84,6 +84,15 @@ class SearchOptions:
     num_nodes: int | None = None
     node_rank: int | None = None
     node_group: str | None = None
+    confirm: int | None = None
+    confirm_repeats: int = 3
+    confirm_samples: int | None = None
+
+
+#: Environment variable giving ``--confirm``'s default (else :data:`DEFAULT_CONFIRM`).
+ENV_CONFIRM = "AUTOTUNE_CONFIRM"
+#: Configs confirmed after the search by default (besides the baseline).
+DEFAULT_CONFIRM = 3
 
 
 DEFAULTS = {
@@ -128,6 +137,12 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--devices must be >= 1, got {opts.devices}")
     if opts.num_nodes is not None and opts.num_nodes < 1:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
+    if opts.confirm is not None and opts.confirm < 0:
+        raise UsageError(f"--confirm must be >= 0 (configs re-run before recommending; 0 turns it off), got {opts.confirm}")
+    if opts.confirm_repeats < 1:
+        raise UsageError(f"--confirm-repeats must be >= 1, got {opts.confirm_repeats}")
+    if opts.confirm_samples is not None and opts.confirm_samples < 1:
+        raise UsageError(f"--confirm-samples must be >= 1 (training samples per confirmation run), got {opts.confirm_samples}")
     if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
         raise UsageError(f"--jobs {opts.jobs} with --num-nodes {opts.num_nodes}: a multi-node trial takes whole nodes; use --jobs 1")
     if opts.objective is not None and opts.objective not in OBJECTIVES:
@@ -475,7 +490,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         "user_config": settings.get("user_config"),
         "targets": settings["targets"],
         "config": config.to_dict(),
-        "samples": settings["samples"],
+        "samples": _budget(trial.user_attrs, settings),
         "seed": settings["seed"],
     }
     slot = ctx.take_slot()
@@ -567,7 +582,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 attrs["constraint"] = constraint if math.isfinite(constraint) else None
                 attrs["feasible"] = constraint <= 0
                 target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
-                reach = time_to_target(measured["loss_curve"], target, sps, settings["samples"])
+                reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
                 attrs["loss_target"] = target if math.isfinite(target) else None
                 # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
                 attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
@@ -595,6 +610,11 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             study.tell(trial, values)
     except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
         raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _budget(attrs: Mapping[str, Any], settings: Mapping[str, Any]) -> int:
+    """Training samples of a trial: a confirmation run's own budget, else the study's ``samples``."""
+    return int(attrs.get("confirm_samples") or settings["samples"])
 
 
 def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, config: Mapping[str, Any]) -> None:
@@ -810,6 +830,12 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
     ran = drain_queue(study, settings, ui, add=opts.trials, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader)
+    confirm = opts.confirm if opts.confirm is not None else _env_confirm()
+    if confirm and leader is None:
+        ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
+                        jobs=opts.jobs, cold=opts.cold, storage_url=storage_url)
+    elif confirm:
+        ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
     recommended, baseline = recommendation(study, settings)
     export_path = None
     if recommended is not None:
@@ -817,6 +843,118 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _env_confirm() -> int:
+    """``--confirm``'s default: ``$AUTOTUNE_CONFIRM`` or :data:`DEFAULT_CONFIRM`.
+
+    Raises:
+        UsageError: The variable is not an integer >= 0.
+    """
+    value = os.environ.get(ENV_CONFIRM)
+    if value is None or value == "":
+        return DEFAULT_CONFIRM
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise UsageError(f"${ENV_CONFIRM}={value!r} must be an integer >= 0 (the default of --confirm)")
+    return number
+
+
+def _search_records(study) -> list:
+    """:func:`records_of` without confirmation runs (their longer budget makes them incomparable)."""
+    every = study.get_trials(deepcopy=False)
+    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs]
+
+
+def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
+    """The ``k`` best distinct feasible configs of the search (by the objective), baseline excluded, as frozen trials."""
+    from autotune.objective import recommend
+
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return []
+    every = study.get_trials(deepcopy=False)
+    remaining = _search_records(study)
+    seen = [every[baseline_info["trial"]].params]
+    picked = []
+    while len(picked) < k:
+        best = recommend(remaining, baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+        if best is None:
+            break
+        remaining = [r for r in remaining if r.number != best.number]
+        if every[best.number].params not in seen:
+            seen.append(every[best.number].params)
+            picked.append(every[best.number])
+    return picked
+
+
+def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str) -> int:
+    """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return 0
+    every = study.get_trials(deepcopy=False)
+    targets = [every[baseline_info["trial"]], *confirm_candidates(study, settings, k)]
+    queued = 0
+    for original in targets:
+        # runs of the same config (whichever search trial found it) at the same budget count
+        done = [t for t in every if "confirm_of" in t.user_attrs and t.params == original.params and t.user_attrs.get("confirm_samples") == samples]
+        for _ in range(max(0, repeats - len(done))):
+            study.enqueue_trial(dict(original.params), user_attrs={"confirm_of": original.number, "confirm_samples": samples})
+            queued += 1
+    if not queued:
+        return 0
+    which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
+    ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
+    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url)
+
+
+def confirmation(study, settings: Mapping[str, Any]):
+    """The confirmation groups of the study's latest confirmation budget, and the :class:`autotune.confirm.Pick`.
+
+    Returns:
+        ``(groups, pick, samples)``, or ``None`` when the study has no confirmation run.
+    """
+    from autotune.confirm import ConfirmGroup, pick
+    from autotune.objective import directions
+
+    every = study.get_trials(deepcopy=False)
+    runs = [t for t in every if "confirm_of" in t.user_attrs]
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if not runs or baseline_info is None:
+        return None
+    samples = runs[-1].user_attrs["confirm_samples"]
+    runs = [t for t in runs if t.user_attrs["confirm_samples"] == samples]
+    baseline_params = every[baseline_info["trial"]].params
+    groups = []
+    for number in dict.fromkeys(t.user_attrs["confirm_of"] for t in runs):
+        mine = [t for t in runs if t.user_attrs["confirm_of"] == number]
+        complete = [t for t in mine if t.state.name == "COMPLETE"]
+        params = every[number].params
+        groups.append(ConfirmGroup(
+            number=number,
+            values=tuple(_objective_value(t, settings["objective"]) for t in complete),
+            losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
+            failed=sum(t.state.name == "FAIL" for t in mine),
+            distance=sum(params.get(name) != value for name, value in baseline_params.items()),
+            baseline=number == baseline_info["trial"],
+            runs=tuple(t.number for t in complete),
+        ))
+    maximize = directions(settings["objective"], settings["mode"])[0] == "maximize"
+    return groups, pick(groups, maximize, settings["loss_tolerance"], settings["mode"]), samples
+
+
+def _objective_value(trial, objective: str) -> float:
+    """The figure a confirmation run is judged by (samples/s for ``throughput`` and ``pareto``)."""
+    attrs = trial.user_attrs
+    if objective == "time-to-quality":
+        return _seconds_to_target(attrs)
+    if objective == "goodput":
+        return float(attrs.get("goodput", math.nan))
+    return float(attrs.get("samples_per_sec", math.nan))
 
 
 def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
@@ -1196,7 +1334,13 @@ def _seconds_to_target(attrs: Mapping[str, Any]) -> float:
 
 
 def recommendation(study, settings: Mapping[str, Any]):
-    """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``)."""
+    """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``).
+
+    When the study has confirmation runs, the recommendation is the confirmed config
+    :func:`autotune.confirm.pick` chooses, represented by its run closest to its median, and the
+    baseline likewise by its median confirmation run (both at the confirmation budget); otherwise
+    the best single search trial and the baseline trial.
+    """
     from autotune.objective import recommend
 
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
@@ -1204,7 +1348,14 @@ def recommendation(study, settings: Mapping[str, Any]):
         return None, None
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     baseline = trials.get(baseline_info["trial"])
-    best = recommend(records_of(study), baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+    confirmed = confirmation(study, settings)
+    if confirmed is not None:
+        groups, choice, _ = confirmed
+        base_group = next((g for g in groups if g.baseline), None)
+        if base_group is not None and base_group.median_run() is not None:
+            baseline = trials[base_group.median_run()]
+        return (trials[choice.chosen.median_run()] if choice.chosen else None), baseline
+    best = recommend(_search_records(study), baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
     return (trials[best.number] if best else None), baseline
 
 
@@ -1238,7 +1389,8 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
         "autotune recommendation (LightningCLI config)",
         f"study: {settings['study_name']} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
         f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
-        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {settings['samples']} training samples",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
+        *confirmation_lines(study, settings),
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
@@ -1252,6 +1404,34 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_yaml(doc, header, notes))
     return out
+
+
+def confirmation_lines(study, settings: Mapping[str, Any]) -> list[str]:
+    """Lines on the confirmation of the recommendation (for the export header and the summary)."""
+    confirmed = confirmation(study, settings)
+    if confirmed is None:
+        return []
+    groups, choice, samples = confirmed
+    if choice.chosen is None:
+        return [f"confirmation ({samples} samples per run): no confirmed config is eligible"]
+    unit = {"time-to-quality": "s to target", "goodput": "goodput samples/s"}.get(settings["objective"], "samples/s")
+    def num(value: float) -> str:
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+    g = choice.chosen
+    lines = [f"confirmed: config of trial {g.number}, median of {len(g.values)} runs of {samples} samples: "
+             f"{num(g.median)} {unit} (spread {num(g.spread)})"]
+    base = next((x for x in groups if x.baseline), None)
+    if base is not None:
+        lines[0] += f" vs baseline median {num(base.median)} (spread {num(base.spread)})"
+    if choice.best is not None and choice.best is not g:
+        lines.append(f"within noise: trial {choice.best.number}'s config has the best median ({num(choice.best.median)}), but the difference "
+                     f"is within the measured spread; recommending the config closer to the baseline ({g.distance} knob(s) changed)")
+    elif choice.within_noise:
+        lines.append("within noise of it: " + ", ".join(f"trial {x.number} ({num(x.median)})" for x in choice.within_noise))
+    for x, reason in choice.ineligible:
+        lines.append(f"not recommended: config of trial {x.number}: {reason}")
+    return lines
 
 
 def check_out_path(out: Path) -> None:

@@ -5,6 +5,10 @@ from pathlib import Path
 
 import pytest
 
+# Searches in tests skip the confirmation runs unless a test asks for them with --confirm K
+# (they would multiply the suite's time; tests/test_search_e2e.py checks confirmation itself).
+os.environ.setdefault("AUTOTUNE_CONFIRM", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(__file__).resolve().parent / "models"
 EXAMPLES = ROOT / "examples"

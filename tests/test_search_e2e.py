@@ -264,6 +264,35 @@ def test_digits_goodput_objective(tmp_path, cli):
     assert f"recommended: trial {best.number}" in r.stdout
 
 
+def test_confirmation_reruns_the_best_configs_and_recommends_a_median(tmp_path, cli):
+    db = tmp_path / "c.db"
+    out = tmp_path / "c.yaml"
+    space = tmp_path / "space.yaml"  # workers change the speed, not the seeded training: every config is feasible
+    space.write_text("num_workers: {choices: [1]}\n")
+    r = cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 1024, "--confirm", 1, "--confirm-repeats", 2, "--space", space,
+            "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    study = load(db, "tiny")
+    search = [t for t in study.trials if "confirm_of" not in t.user_attrs]
+    runs = [t for t in study.trials if "confirm_of" in t.user_attrs]
+    assert len(search) == 2
+    confirmed = {t.user_attrs["confirm_of"] for t in runs}
+    assert 0 in confirmed and len(confirmed) == 2  # the baseline and the best other config
+    for t in runs:
+        assert t.user_attrs["confirm_samples"] == 2048  # twice the search budget
+        assert t.params == study.trials[t.user_attrs["confirm_of"]].params
+        assert t.user_attrs["samples_seen"] >= 2048
+        assert t.state.name == "COMPLETE", t.user_attrs.get("fail_reason")
+    assert "confirming the 1 best config(s) and the baseline: 2 run(s) each of 2048 training samples" in r.stdout
+    recommended = int(r.stdout.split("recommended: trial ")[1].split(",")[0])
+    assert "confirm_of" in study.trials[recommended].user_attrs  # a confirmation run, never a single search trial
+    assert "confirmed: config of trial" in r.stdout and "confirmed: config of trial" in out.read_text()
+    # resuming with the same flags queues no new confirmation run for configs already confirmed
+    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--confirm", 1, "--confirm-repeats", 2, "--space", space,
+            "--storage", f"sqlite:///{db}", check_rc=0)
+    again = [t for t in load(db, "tiny").trials if "confirm_of" in t.user_attrs]
+    assert len(again) == len(runs)  # the new trial repeats trial 1's config, which is confirmed already
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
@@ -316,6 +345,8 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 2], "node rank 2 is outside 0..1 for --num-nodes 2"),
         (["search", MODELS / "tiny.py", "--node-rank", 1], "--node-rank 1: autotune search is always node rank 0"),
         (["search", MODELS / "tiny.py", "--trials", "abc"], "argument --trials: expected an integer, got 'abc'"),
+        (["search", MODELS / "tiny.py", "--confirm", -1], "--confirm must be >= 0"),
+        (["search", MODELS / "tiny.py", "--confirm-repeats", 0], "--confirm-repeats must be >= 1, got 0"),
         (["worker", "--node-rank", "abc"], "argument --node-rank: invalid int value: 'abc'"),
     ],
 )
