@@ -171,6 +171,11 @@ def _cmd_show(args) -> int:
     text = render_rows(rows, args.format, title=f"study {study.study_name}")
     if text is not None:
         print(text)
+    else:
+        from autotune.study import confirmation_lines
+
+        for line in confirmation_lines(study, settings):
+            print(line)
     return 0
 
 

@@ -311,11 +311,13 @@ class LiveUI(ConsoleUI):
         self.running: dict[int, dict[str, Any]] = {}
         self.finished: list[dict[str, Any]] = []
         self.live = None
+        self.objective = "throughput"
 
     def search_started(self, settings, trials: int) -> None:
         from rich.live import Live
 
         super().search_started(settings, trials)
+        self.objective = settings["objective"]
         self.task = self.progress.add_task("trials", total=trials)
         self.live = Live(self, console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
@@ -382,7 +384,7 @@ class LiveUI(ConsoleUI):
                            ("num_workers", "workers"), ("lr", "lr"), ("samples_per_sec", "samples/s"), ("loss", "loss"), ("status", "status")):
             table.add_column(label, justify="left" if key in ("precision", "status") else "right", overflow="fold")
         feasible = [r for r in self.finished if r["state"] == "COMPLETE" and r.get("feasible")]
-        best = max(feasible, key=lambda r: r["samples_per_sec"] or 0)["number"] if feasible else None
+        best = min(feasible, key=sort_key(self.objective))["number"] if feasible else None
         for row in self.finished[-self.ROWS:]:
             if row["state"] == "COMPLETE":
                 status = ("best so far" if row["number"] == best else "ok") if row.get("feasible") else "infeasible: loss above tolerance"
