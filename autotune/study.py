@@ -84,6 +84,7 @@ class SearchOptions:
     num_nodes: int | None = None
     node_rank: int | None = None
     node_group: str | None = None
+    sampler: str | None = None
     confirm: int | None = None
     confirm_repeats: int = 3
     confirm_samples: int | None = None
@@ -137,6 +138,10 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--devices must be >= 1, got {opts.devices}")
     if opts.num_nodes is not None and opts.num_nodes < 1:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
+    from autotune.samplers import SAMPLERS
+
+    if opts.sampler is not None and opts.sampler not in SAMPLERS:
+        raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
     if opts.confirm is not None and opts.confirm < 0:
         raise UsageError(f"--confirm must be >= 0 (configs re-run before recommending; 0 turns it off), got {opts.confirm}")
     if opts.confirm_repeats < 1:
@@ -310,15 +315,12 @@ def load_study(study_name: str | None, storage_url: str):
     return study, settings
 
 
-def _make_sampler(settings: Mapping[str, Any], seed_offset: int):
-    """Multivariate TPE; it reads each trial's loss constraint (``Trial.set_constraint``)."""
-    import warnings
+def _make_sampler(settings: Mapping[str, Any], seed_offset: int, name: str | None = None):
+    """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
+    each trial's loss constraint, ``Trial.set_constraint``)."""
+    from autotune.samplers import make_sampler
 
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=int(settings["seed"]) + seed_offset, multivariate=True, n_startup_trials=5)
+    return make_sampler(name or "tpe", settings["space"], int(settings["seed"]) + seed_offset)
 
 
 def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:
@@ -826,10 +828,18 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
-    study.sampler = _make_sampler(settings, len(study.trials))
+    study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
-    ran = drain_queue(study, settings, ui, add=opts.trials, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader)
+    add = opts.trials
+    if opts.sampler == "grid":
+        from autotune.samplers import grid_size
+
+        left = grid_size(settings["space"]) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
+        if left < add:
+            ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
+            add = max(0, left)
+    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],

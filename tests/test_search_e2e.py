@@ -195,11 +195,15 @@ def test_batch_size_not_applied_fails_the_trial(tmp_path):
 
 def test_pareto_objective(tmp_path, cli):
     db = tmp_path / "p.db"
-    cli("search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--objective", "pareto", "--storage", f"sqlite:///{db}",
-        "--out", tmp_path / "p.yaml", check_rc=0)
+    space = tmp_path / "grid.yaml"  # 2 x 2 = 4 combinations: the grid caps the run at 4 trials
+    space.write_text("batch_size: {choices: [16, 32]}\naccumulate_grad_batches: {choices: [1, 2]}\n")
+    r = cli("search", MODELS / "tiny.py", "--trials", 6, "--samples", 512, "--objective", "pareto", "--sampler", "grid", "--space", space,
+            "--storage", f"sqlite:///{db}", "--out", tmp_path / "p.yaml", check_rc=0)
+    assert "--sampler grid: 4 combination(s) of the space left to run; this run adds 4 trial(s), not 6" in r.stdout
     study = load(db, "tiny")
     assert len(study.directions) == 2 and study.metric_names == ["samples_per_sec", "val_loss"]
     assert all(len(t.values) == 2 for t in study.trials if t.state.name == "COMPLETE")
+    assert len({(t.params["batch_size"], t.params["accumulate_grad_batches"]) for t in study.trials}) == len(study.trials) == 4
     assert (tmp_path / "p.yaml").is_file()
 
 
