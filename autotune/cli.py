@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
     s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
     s.add_argument("--jobs", type=_positive_int, default=1, help="trials at once, each on its own GPUs or CPU cores (default 1)")
+    s.add_argument("--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable")
     s.add_argument("--sampler", help="tpe (default, multivariate TPE), gp, cmaes, random or grid (every knob discrete)")
     s.add_argument("--confirm", type=_positive_int, help="re-run the K best configs and the baseline before recommending "
                    "(default 3, or $AUTOTUNE_CONFIRM; 0 turns it off)")

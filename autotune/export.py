@@ -17,7 +17,7 @@ import yaml
 
 from autotune.config import TrialConfig
 
-__all__ = ["lightning_cli_config", "render_yaml"]
+__all__ = ["lightning_cli_config", "render_yaml", "config_from_lightning_cli"]
 
 
 def lightning_cli_config(
@@ -84,3 +84,41 @@ def render_yaml(document: Mapping[str, Any], header: list[str], notes: list[str]
         text += "# autotune: values LightningCLI cannot set, to apply by hand:\n"
         text += "".join(f"#   {note}\n" for note in notes)
     return text
+
+
+def config_from_lightning_cli(
+    document: Any,
+    targets: Mapping[str, Mapping[str, str]],
+    baseline: TrialConfig,
+    source: str = "<config>",
+) -> TrialConfig:
+    """The config a LightningCLI YAML (such as an export) describes: the inverse of :func:`lightning_cli_config`.
+
+    ``trainer:`` gives ``precision`` and ``accumulate_grad_batches``; the model's and the data
+    module's constructor arguments give the knobs autotune applies through them (``targets``).
+    Anything the file does not set keeps the baseline's value; other keys are ignored.
+
+    Raises:
+        UsageError: The document is not a mapping of sections, or a value has the wrong type.
+    """
+    from autotune.errors import UsageError
+
+    if not isinstance(document, Mapping) or not all(isinstance(document.get(k, {}) or {}, Mapping) for k in ("trainer", "model", "data")):
+        raise UsageError(f"{source}: not a LightningCLI config (a mapping with trainer:/model:/data: sections)")
+    trainer = document.get("trainer") or {}
+    changes: dict[str, Any] = {}
+    for key in ("precision", "accumulate_grad_batches"):
+        if trainer.get(key) is not None:
+            changes[key] = str(trainer[key]) if key == "precision" else trainer[key]
+    for knob, target in targets.items():
+        section = document.get("model" if target["owner"] == "model" else "data") or {}
+        args = section.get("init_args", section) if isinstance(section, Mapping) else {}
+        if target["how"] == "init" and target["name"] in args:
+            changes[knob] = args[target["name"]]
+    for key, kind in (("batch_size", int), ("accumulate_grad_batches", int), ("num_workers", int), ("lr", float)):
+        if key in changes:
+            value = changes[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+                raise UsageError(f"{source}: {key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+            changes[key] = kind(value)
+    return baseline.replace(**changes)

@@ -454,6 +454,39 @@ def param_name(name: str, entry: Mapping[str, Any]) -> str:
     return "lr_multiplier" if name == "lr" and "scaling" in entry else name
 
 
+def params_of(config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], baseline: TrialConfig, source: str = "<config>") -> dict[str, Any]:
+    """The Optuna parameters that make :func:`suggest_config` return ``config`` (for ``enqueue_trial``).
+
+    Raises:
+        SpaceError: A searched value lies outside the space, or a knob the space does not search
+            differs from the baseline's value (it could not be applied).
+    """
+    params: dict[str, Any] = {}
+    for name in KNOB_TYPES:
+        value = getattr(config, name)
+        if name not in resolved:
+            if value != getattr(baseline, name):
+                raise SpaceError(f"{source}: {name} = {value!r}, but the space does not search {name} (every trial uses "
+                                 f"{getattr(baseline, name)!r}); add {name} to the space or drop it from the file")
+            continue
+        entry = resolved[name]
+        key = param_name(name, entry)
+        if "scaling" in entry:
+            value = value / scaled_lr(baseline.lr, 1.0, config.effective_batch_size, baseline.effective_batch_size, entry["scaling"])
+            if "choices" in entry:  # a float multiplier: match a choice up to rounding
+                close = [c for c in entry["choices"] if abs(c - value) <= 1e-9 * max(1.0, abs(c))]
+                value = close[0] if close else value
+        if "choices" in entry:
+            if value not in entry["choices"]:
+                raise SpaceError(f"{source}: {key} = {value!r} is not one of the space's choices {list(entry['choices'])}; "
+                                 "add it to the space or change the file")
+        elif not entry["low"] <= value <= entry["high"]:
+            raise SpaceError(f"{source}: {key} = {value!r} is outside the space's range {entry['low']}..{entry['high']}; "
+                             "widen the space or change the file")
+        params[key] = value
+    return params
+
+
 def baseline_params(resolved: Mapping[str, Any], baseline: TrialConfig) -> dict[str, Any]:
     """The baseline's values of the searched knobs (what ``study.enqueue_trial`` takes)."""
     return {param_name(name, entry): (1.0 if param_name(name, entry) != name else getattr(baseline, name)) for name, entry in resolved.items()}

@@ -15,7 +15,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, BaselineFailedError, StorageError, StudyMismatchError, UsageError
@@ -85,6 +85,7 @@ class SearchOptions:
     node_rank: int | None = None
     node_group: str | None = None
     sampler: str | None = None
+    enqueue: list[str] | None = None
     confirm: int | None = None
     confirm_repeats: int = 3
     confirm_samples: int | None = None
@@ -829,6 +830,11 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
+    seeds = _seeds(opts.enqueue or [], settings)
+    room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
+    if len(seeds) > room:
+        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {max(0, room)} "
+                         "after the baseline; raise --trials")
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
     add = opts.trials
@@ -839,7 +845,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
-    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader)
+    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader, seeds=seeds)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
@@ -853,6 +859,33 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, str]]:
+    """``(params, file)`` of each ``--enqueue`` file (a LightningCLI YAML, such as an export).
+
+    Raises:
+        UsageError: A missing or unreadable file, not YAML, not a LightningCLI config, or a value
+            outside the study's space.
+    """
+    import yaml
+
+    from autotune.export import config_from_lightning_cli
+    from autotune.space import params_of
+
+    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    seeds = []
+    for file in files:
+        path = Path(file)
+        if not path.is_file():
+            raise UsageError(f"--enqueue {file!r} does not exist; give a LightningCLI YAML such as an autotune export")
+        try:
+            document = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise UsageError(f"--enqueue {file!r} is not valid YAML ({getattr(e, 'problem', e)})") from None
+        config = config_from_lightning_cli(document, settings["targets"], baseline, source=file)
+        seeds.append((params_of(config, settings["space"], baseline, source=file), str(path)))
+    return seeds
 
 
 def _env_confirm() -> int:
@@ -1097,7 +1130,7 @@ def _baseline_pending(study) -> bool:
 
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
-                storage_url: str = "", timeout: float | None = None, leader: Any = None) -> int:
+                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = ()) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -1117,6 +1150,8 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         timeout: Stop taking new trials after this many seconds.
         leader: For multi-node trials, this node-0 process's :class:`autotune.nodes.LeaderChannel`
             (trials then start cold, and the other nodes' ranks join each one).
+        seeds: ``(params, source file)`` of known configs (``--enqueue``), queued before sampled
+            trials and counted in ``add``.
 
     Returns:
         Trials this process ran.
@@ -1134,6 +1169,17 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     baseline_config = TrialConfig.from_dict(settings["baseline_config"])
     _fail_stale(study)
     pending = [0]
+    seeds = list(seeds)
+
+    def queue(n: int) -> None:
+        """Queue ``n`` trials: the seeded configs first (``--enqueue``), then sampled ones."""
+        for i in range(n):
+            if seeds:
+                params, source = seeds.pop(0)
+                study.enqueue_trial(params, user_attrs={"seeded_from": source})
+            else:
+                study.enqueue_trial({})
+
     if add:
         if study.user_attrs.get(BASELINE_ATTR) is None:
             if not _baseline_pending(study):
@@ -1141,8 +1187,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 add -= 1
             pending[0] = add
         else:
-            for _ in range(add):
-                study.enqueue_trial({})
+            queue(add)
     slots = _plan_slots(settings, jobs)
     if len(slots) > 1:
         ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
@@ -1163,8 +1208,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 need_baseline = study.user_attrs.get(BASELINE_ATTR) is None
                 if pending[0] and not need_baseline:
                     # the baseline completed (here, or in another process that started this study at the same time)
-                    for _ in range(pending[0]):
-                        study.enqueue_trial({})
+                    queue(pending[0])
                     pending[0] = 0
                 trial = _claim(study, baseline_only=need_baseline)
                 if trial is not None:
@@ -1198,8 +1242,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 failed_baseline.append(frozen)
                 return
             with ctx.lock:
-                for _ in range(pending[0]):  # queue first, then publish the baseline: no worker sees an empty queue
-                    study.enqueue_trial({})
+                queue(pending[0])  # queue first, then publish the baseline: no worker sees an empty queue
                 pending[0] = 0
                 study.set_user_attr(
                     BASELINE_ATTR,

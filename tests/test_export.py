@@ -1,3 +1,6 @@
+import pytest
+import re
+
 import yaml
 
 from autotune.config import TrialConfig
@@ -29,3 +32,51 @@ def test_model_without_datamodule_exports_batch_size_under_model():
     targets = {"batch_size": {"owner": "model", "how": "init", "name": "batch_size"}}
     doc, notes = lightning_cli_config(config, targets, None, has_datamodule=False)
     assert "data" not in doc and doc["model"] == {"batch_size": 32} and notes == []
+
+
+def test_an_export_reads_back_as_the_same_config_and_params():
+    from autotune.config import TrialConfig
+    from autotune.export import config_from_lightning_cli, lightning_cli_config
+    from autotune.space import params_of, suggest_config
+
+    import optuna
+
+    targets = {"lr": {"owner": "model", "how": "init", "name": "learning_rate"},
+               "batch_size": {"owner": "data", "how": "init", "name": "batch_size"},
+               "num_workers": {"owner": "data", "how": "init", "name": "num_workers"}}
+    baseline = TrialConfig(batch_size=32, lr=1e-3)
+    resolved = {"batch_size": {"choices": [16, 32, 64]}, "precision": {"choices": ["32-true", "bf16-mixed"]},
+                "accumulate_grad_batches": {"low": 1, "high": 4, "log": False}, "lr": {"low": 0.5, "high": 2.0, "log": True, "scaling": "linear"}}
+    config = baseline.replace(batch_size=64, precision="bf16-mixed", accumulate_grad_batches=2, lr=1e-3 * 1.5 * 4)
+    doc, _ = lightning_cli_config(config, targets)
+    parsed = config_from_lightning_cli(yaml.safe_load(yaml.safe_dump(doc)), targets, baseline)
+    assert parsed == config
+    params = params_of(parsed, resolved, baseline)
+    assert params == {"batch_size": 64, "precision": "bf16-mixed", "accumulate_grad_batches": 2, "lr_multiplier": pytest.approx(1.5)}
+    study = optuna.create_study()
+    study.enqueue_trial(params)
+    assert suggest_config(study.ask(), resolved, baseline).lr == pytest.approx(config.lr)
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"data": {"batch_size": 48}}, "batch_size = 48 is not one of the space's choices [16, 32, 64]; add it to the space or change the file"),
+        ({"trainer": {"accumulate_grad_batches": 9}}, "accumulate_grad_batches = 9 is outside the space's range 1..4; widen the space"),
+        ({"data": {"num_workers": 3}}, "num_workers = 3, but the space does not search num_workers (every trial uses 0)"),
+        ({"data": {"batch_size": "big"}}, "batch_size must be an integer, got 'big'"),
+        (["trainer"], "not a LightningCLI config"),
+    ],
+)
+def test_enqueued_configs_outside_the_space_are_one_line_errors(doc, message):
+    from autotune.config import TrialConfig
+    from autotune.errors import UsageError
+    from autotune.export import config_from_lightning_cli
+    from autotune.space import params_of
+
+    targets = {"batch_size": {"owner": "data", "how": "init", "name": "batch_size"},
+               "num_workers": {"owner": "data", "how": "init", "name": "num_workers"}}
+    baseline = TrialConfig(batch_size=32)
+    resolved = {"batch_size": {"choices": [16, 32, 64]}, "accumulate_grad_batches": {"low": 1, "high": 4, "log": False}}
+    with pytest.raises(UsageError, match=re.escape(message)):
+        params_of(config_from_lightning_cli(doc, targets, baseline, source="seed.yaml"), resolved, baseline, source="seed.yaml")

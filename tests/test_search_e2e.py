@@ -297,6 +297,22 @@ def test_confirmation_reruns_the_best_configs_and_recommends_a_median(tmp_path, 
     assert len(again) == len(runs)  # the new trial repeats trial 1's config, which is confirmed already
 
 
+def test_enqueued_known_configs_run_right_after_the_baseline(tmp_path, cli):
+    db = tmp_path / "e.db"
+    seed = tmp_path / "known.yaml"  # LightningCLI format, as an export
+    seed.write_text("trainer:\n  accumulate_grad_batches: 2\ndata:\n  batch_size: 64\n")
+    cli("search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--enqueue", seed, "--storage", f"sqlite:///{db}", check_rc=0)
+    study = load(db, "tiny")
+    seeded = study.trials[1]
+    assert seeded.user_attrs["seeded_from"] == str(seed)
+    assert seeded.user_attrs["config"]["batch_size"] == 64 and seeded.user_attrs["config"]["accumulate_grad_batches"] == 2
+    assert seeded.state.name == "COMPLETE" and "seeded_from" not in study.trials[2].user_attrs
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  batch_size: 48\n")
+    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--enqueue", bad, "--storage", f"sqlite:///{db}", check_rc=2)
+    assert "batch_size = 48 is not one of the space's choices" in r.stderr and len(load(db, "tiny").trials) == 3
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
