@@ -174,9 +174,9 @@ def _cmd_show(args) -> int:
     if text is not None:
         print(text)
     else:
-        from autotune.study import confirmation_lines
+        from autotune.study import confirmation_lines, frontier_lines
 
-        for line in confirmation_lines(study, settings):
+        for line in (*frontier_lines(study), *confirmation_lines(study, settings)):
             print(line)
     return 0
 

@@ -215,6 +215,10 @@ class ConsoleUI:
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
             self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
+        from autotune.study import frontier_lines
+
+        for line in frontier_lines(study):
+            self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
         if runs and runs[-1].get("overhead_fraction") is not None:
             run = runs[-1]

@@ -485,6 +485,10 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
     ui.trial_started(trial.number, config, is_baseline)
+    if not is_baseline and "confirm_of" not in trial.user_attrs:
+        reason = _predicted_oom(study, config)
+        if reason is not None:
+            return _prune_predicted_oom(study, trial, reason, ui, ctx)
     spec = {
         "model_file": settings["model_file"],
         "model_class": settings["model_class"],
@@ -670,6 +674,59 @@ def _loss_target(study, curve, settings: Mapping[str, Any]) -> float:
     return loss_target(curve, settings["samples"])
 
 
+#: Trials pruned as predicted OOM that one run replaces by new trials (they cost no training).
+OOM_REPLACEMENTS = 20
+
+
+def _memory_events(study) -> list:
+    from autotune.frontier import event_of
+
+    events = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state.is_finished():
+            event = event_of(t.number, t.state.name, t.user_attrs)
+            if event is not None:
+                events.append(event)
+    return events
+
+
+def _predicted_oom(study, config: TrialConfig) -> str | None:
+    """:func:`autotune.frontier.predicted_oom` over the study's finished trials."""
+    from autotune.frontier import predicted_oom
+
+    return predicted_oom(config.to_dict(), _memory_events(study))
+
+
+def oom_frontier(study) -> list[dict[str, Any]]:
+    """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some trial ran out of memory."""
+    from autotune.frontier import frontier_summary
+
+    return [row for row in frontier_summary(_memory_events(study)) if row["oom_from"] is not None]
+
+
+def frontier_lines(study) -> list[str]:
+    """One line per setting of the OOM frontier (none when no trial ran out of memory)."""
+    return [f"OOM frontier: {r['precision']}, {r['devices']} device(s), {r['strategy']}: per-device batch "
+            f"{'<= ' + str(r['fits_up_to']) + ' fits' if r['fits_up_to'] is not None else 'none known to fit'}, "
+            f">= {r['oom_from']} runs out of memory (not run again)" for r in oom_frontier(study)]
+
+
+def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
+    """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
+    import optuna
+
+    trial.set_user_attr("fail_kind", "predicted_oom")
+    trial.set_user_attr("fail_reason", reason)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    with ctx.lock:  # (a grid run has a fixed set of points: nothing to replace)
+        if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
+            ctx.oom_replacements += 1
+            study.enqueue_trial({})
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
 def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
     """Note a running trial's process group: for Ctrl-C, and on the trial (stored at once, so even
     an interrupted trial names the group that was killed)."""
@@ -725,6 +782,7 @@ class _RunContext:
         self.stop = threading.Event()
         self.running: dict[int, int] = {}
         self.asked: list[int] = []
+        self.oom_replacements = 0
         self.lock = threading.Lock()
         self._free: "queue.Queue" = queue.Queue()
         for slot in slots:

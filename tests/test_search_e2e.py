@@ -313,6 +313,31 @@ def test_enqueued_known_configs_run_right_after_the_baseline(tmp_path, cli):
     assert "batch_size = 48 is not one of the space's choices" in r.stderr and len(load(db, "tiny").trials) == 3
 
 
+def test_oom_frontier_skips_larger_batches_and_survives_a_resume(tmp_path, cli):
+    from autotune.study import oom_frontier
+
+    db = tmp_path / "m.db"
+    space = tmp_path / "space.yaml"  # above 64 samples per batch the tiny model "runs out of memory"
+    space.write_text("batch_size: {choices: [16, 32, 128, 256, 512]}\n")
+    args = ["search", MODELS / "tiny.py", "--samples", 1024, "--space", space, "--sampler", "grid", "--storage", f"sqlite:///{db}"]
+    first = tmp_path / "first.yaml"
+    first.write_text("data:\n  batch_size: 256\n")  # run 256 first: it fails with OOM
+    cli(*args, "--trials", 2, "--enqueue", first, env={"TINY_OOM_ABOVE": "64"}, check_rc=0)
+    study = load(db, "tiny")
+    assert study.trials[1].user_attrs["fail_kind"] == "oom"
+    assert oom_frontier(study) == [{"devices": 1, "strategy": "auto", "precision": "32-true", "fits_up_to": 16, "oom_from": 256}]
+    r = cli(*args, "--trials", 4, env={"TINY_OOM_ABOVE": "64"}, check_rc=0)  # resumed: the grid proposes 32, 128 and 512
+    study = load(db, "tiny")
+    ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
+    # after the first OOM no batch >= 256 ran again; 512 and (a second) 256 are pruned as predicted OOM
+    assert [t.params["batch_size"] for t in ran if t.params["batch_size"] >= 256] == [256]
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.user_attrs["fail_kind"] == "predicted_oom" and t.params["batch_size"] >= 256 for t in pruned)
+    assert "predicted OOM: trial 1 ran out of memory at per-device batch 256" in pruned[0].user_attrs["fail_reason"]
+    assert "OOM frontier: 32-true, 1 device(s), auto: per-device batch <= " in r.stdout
+    assert {t.params["batch_size"] for t in study.trials} == {16, 32, 128, 256, 512}  # 128 runs: only batches >= 256 are ruled out
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
