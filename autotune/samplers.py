@@ -71,13 +71,15 @@ def _grid_class():
             fixed = trial.system_attrs.get("fixed_params")
             if "grid_id" in trial.system_attrs:
                 return
-            if fixed is not None:
+            if fixed:  # (autotune queues its sampled budget as enqueue_trial({}): no fixed values, a grid point to pick)
                 point = tuple(fixed.get(name) for name in self._param_names)
                 matches = [i for i, grid in enumerate(self._all_grids) if tuple(grid) == point]
                 if matches:
                     study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
                     study._storage.set_trial_system_attr(trial._trial_id, "grid_id", matches[0])
-                return
+                    return
+                if all(name in fixed for name in self._param_names):
+                    return  # a point outside the grid: Optuna takes its fixed values
             targets = self._get_unvisited_grid_ids(study) or list(range(len(self._all_grids)))
             study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
             study._storage.set_trial_system_attr(trial._trial_id, "grid_id", int(self._rng.rng.choice(targets)))

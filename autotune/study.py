@@ -321,7 +321,9 @@ def _make_sampler(settings: Mapping[str, Any], seed_offset: int, name: str | Non
     each trial's loss constraint, ``Trial.set_constraint``)."""
     from autotune.samplers import make_sampler
 
-    return make_sampler(name or "tpe", settings["space"], int(settings["seed"]) + seed_offset)
+    # the grid's point numbering comes from its seed: every run of a study must use the same one
+    offset = 0 if name == "grid" else seed_offset
+    return make_sampler(name or "tpe", settings["space"], int(settings["seed"]) + offset)
 
 
 def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:

@@ -54,6 +54,8 @@ def test_grid_counts_the_enqueued_baseline_as_its_point():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(sampler=make_sampler("grid", DISCRETE, seed=3))
     study.enqueue_trial({"batch_size": 32, "precision": "32-true", "accumulate_grad_batches": 1})  # the baseline
+    for _ in range(11):
+        study.enqueue_trial({})  # autotune's queued budget: no fixed values
     seen = []
     for _ in range(12):
         trial = study.ask()
