@@ -14,8 +14,8 @@ For each example (digits, charlm), on this machine:
    only the baseline's values): coefficient of variation of samples/s.
 4. **Real speedup**: the baseline trains standalone for ``--full`` x the search budget; its smoothed
    training loss at the end is the target. Then the baseline and each recommended config train
-   standalone until they reach that target (or 4x that budget): measured seconds to target, and the
-   baseline's over each config's.
+   standalone until they reach that target (or 4x that budget), 3 times each: median measured
+   seconds to target, and the baseline's over each config's.
 
 Usage::
 
@@ -125,13 +125,17 @@ def bench_example(folder: Path, example: str, trials: int, confirm: int, full: i
     reference = standalone(folder, model, base_yaml, full_samples)
     target = reference["loss_curve_tail"]
     cap = 4 * full_samples
-    baseline_run = standalone(folder, model, base_yaml, cap, target, window)
-    speed = {"target_loss": target, "full_samples": full_samples, "baseline_seconds": baseline_run["seconds_to_target"]}
+
+    def to_target(config_yaml: str) -> tuple[float | None, list]:
+        runs = [standalone(folder, model, config_yaml, cap, target, window)["seconds_to_target"] for _ in range(3)]
+        reached = [r for r in runs if r is not None]
+        return (statistics.median(reached) if len(reached) == len(runs) else None), runs
+
+    base_seconds, base_runs = to_target(base_yaml)
+    speed = {"target_loss": target, "full_samples": full_samples, "baseline_seconds": base_seconds, "baseline_runs": base_runs}
     for o, s in searches.items():
-        run = standalone(folder, model, s["yaml"], cap, target, window)
-        s["seconds_to_target"] = run["seconds_to_target"]
-        s["real_speedup"] = (baseline_run["seconds_to_target"] / run["seconds_to_target"]
-                             if run["seconds_to_target"] and baseline_run["seconds_to_target"] else None)
+        s["seconds_to_target"], s["seconds_to_target_runs"] = to_target(s["yaml"])
+        s["real_speedup"] = base_seconds / s["seconds_to_target"] if s["seconds_to_target"] and base_seconds else None
     return {"example": example, "search_samples": samples, "searches": searches, "repeatability": repeat, "time_to_target": speed}
 
 
