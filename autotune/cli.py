@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
     s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
     s.add_argument("--jobs", type=_positive_int, default=1, help="trials at once, each on its own GPUs or CPU cores (default 1)")
+    s.add_argument("--pruner", help="median (default), percentile or none: stop trials clearly worse than the completed ones at "
+                   "25/50/75%% of their samples (docs/objectives.md)")
+    s.add_argument("--pruner-startup", type=_positive_int, default=5, help="completed trials before any pruning (default 5)")
     s.add_argument("--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable")
     s.add_argument("--sampler", help="tpe (default, multivariate TPE), gp, cmaes, random or grid (every knob discrete)")
     s.add_argument("--confirm", type=_positive_int, help="re-run the K best configs and the baseline before recommending "

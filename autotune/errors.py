@@ -63,6 +63,7 @@ FAIL_KINDS: dict[str, tuple[str, str]] = {
     "no_loss_curve": ("--objective time-to-quality, and training_step returned no loss tensor to build the curve from", "return the loss from training_step, or use --objective throughput"),
     "no_noise_scale": ("--objective goodput, and no optimizer step measured the gradient noise scale", "raise --samples (at least 4 optimizer steps per trial)"),
     "predicted_oom": ("not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow", "nothing to do; autotune show lists the OOM frontier"),
+    "pruned": ("stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)", "nothing to do; --pruner none runs every trial to its end"),
     "interrupted": ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
     "node_lost": ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
 }

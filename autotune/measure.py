@@ -492,7 +492,9 @@ def _make_callback_class(pl: Any) -> type:
             (no device synchronisation: the trial's figures come from :func:`summarize` only)."""
             steady = batches > self.warmup and len(self.ends) >= self.warmup > 0 and now > self.ends[self.warmup - 1]
             rate = sum(self.sizes[self.warmup:batches]) * self.world_size / (now - self.ends[self.warmup - 1]) if steady else None
-            preview = {"batches": batches, "planned": self.total_batches, "samples": sum(self.sizes) * self.world_size, "samples_per_sec": rate}
+            recent = [float(l) for l in self._losses[-8:] if l is not None]  # the recent training loss (for pruning)
+            preview = {"batches": batches, "planned": self.total_batches, "samples": sum(self.sizes) * self.world_size, "samples_per_sec": rate,
+                       "loss": statistics.fmean(recent) if recent else None}
             tmp = f"{self.progress_file}.tmp"
             try:
                 with open(tmp, "w") as f:

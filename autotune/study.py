@@ -85,6 +85,8 @@ class SearchOptions:
     node_rank: int | None = None
     node_group: str | None = None
     sampler: str | None = None
+    pruner: str | None = None
+    pruner_startup: int = 5
     enqueue: list[str] | None = None
     confirm: int | None = None
     confirm_repeats: int = 3
@@ -141,6 +143,9 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
     from autotune.samplers import SAMPLERS
 
+    from autotune.pruning import make_pruner
+
+    make_pruner(opts.pruner or "median", opts.pruner_startup)  # raises on a bad name or count
     if opts.sampler is not None and opts.sampler not in SAMPLERS:
         raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
     if opts.confirm is not None and opts.confirm < 0:
@@ -481,6 +486,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial."""
     import optuna
 
+    from autotune.pruning import intermediate_metric
     from autotune.runner import run_trial_process
 
     trial.set_user_attr("config", config.to_dict())
@@ -512,6 +518,9 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
             node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
             ui.trial_progress(trial.number, progress_file)
+            if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
+                    and intermediate_metric(settings["objective"]) is not None):
+                _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
             if ctx.leader is not None:
                 launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
                 node_env.update(rendezvous)
@@ -539,8 +548,14 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             ctx.give_slot(slot)
         if ctx.stop.is_set() and not outcome.ok:
             outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
+        pruned = ctx.pruned.pop(trial.number, None)
         try:
-            _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
+            if pruned is not None and not outcome.ok:
+                trial.set_user_attr("fail_kind", "pruned")
+                trial.set_user_attr("fail_reason", pruned)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
         except optuna.exceptions.UpdateFinishedTrialError as e:
             # another worker failed this trial as stale meanwhile (and retried it): log, never crash
             ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
@@ -729,6 +744,65 @@ def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
     return frozen
 
 
+def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", progress_file: str, budget: int, done) -> None:
+    """Watch a running trial's progress preview; at each milestone record its intermediate value and
+    stop it (its process group) when the pruner says so (see :mod:`autotune.pruning`). Ends with ``done``."""
+    import json
+    import threading
+
+    import optuna
+
+    from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
+    from autotune.runner import kill_group
+
+    key, direction = intermediate_metric(settings["objective"])
+    steps = milestone_steps(budget)
+    single = len(study.directions) == 1
+    recorded: dict[int, float] = {}
+
+    def completed() -> list[dict[int, float]]:
+        out = []
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if "confirm_of" in t.user_attrs or not t.user_attrs.get("feasible"):
+                continue
+            final = t.user_attrs.get(key)
+            values = {int(k): float(v) for k, v in (t.user_attrs.get("intermediate") or {}).items()}
+            if final is not None:
+                for step in steps:  # a trial too short for the watcher to see a milestone: its final figure
+                    values.setdefault(step, float(final))
+            out.append(values)
+        return out
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            try:
+                with open(progress_file) as f:
+                    preview = json.load(f)
+            except (OSError, ValueError):
+                continue
+            for step in steps:
+                value = preview.get(key)
+                if step in recorded or preview.get("samples", 0) < step or value is None:
+                    continue
+                recorded[step] = float(value)
+                try:
+                    trial.set_user_attr("intermediate", {str(k): v for k, v in recorded.items()})
+                    if single:
+                        trial.report(float(value), step)
+                    prune = prune_decision(ctx.pruner, direction, completed(), recorded)
+                except Exception:  # a database hiccup or a finished trial: never stop a trial for it
+                    continue
+                if prune:
+                    ctx.pruned[trial.number] = (f"pruned at {step} of {budget} samples: {key.replace('_', ' ')} {value:.4g} is worse than "
+                                                f"the completed trials' at that point (--pruner {ctx.pruner_name})")
+                    pgid = ctx.running.get(trial.number)
+                    if pgid is not None:
+                        kill_group(pgid)
+                    return
+
+    threading.Thread(target=watch, name=f"watch-{trial.number}", daemon=True).start()
+
+
 def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
     """Note a running trial's process group: for Ctrl-C, and on the trial (stored at once, so even
     an interrupted trial names the group that was killed)."""
@@ -785,6 +859,9 @@ class _RunContext:
         self.running: dict[int, int] = {}
         self.asked: list[int] = []
         self.oom_replacements = 0
+        self.pruner = None
+        self.pruner_name = "none"
+        self.pruned: dict[int, str] = {}
         self.lock = threading.Lock()
         self._free: "queue.Queue" = queue.Queue()
         for slot in slots:
@@ -905,7 +982,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
-    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader, seeds=seeds)
+    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader, seeds=seeds,
+                      pruner=(opts.pruner or "median", opts.pruner_startup))
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
@@ -1190,7 +1268,8 @@ def _baseline_pending(study) -> bool:
 
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
-                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = ()) -> int:
+                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = (),
+                pruner: tuple[str, int] = ("median", 5)) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -1212,6 +1291,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             (trials then start cold, and the other nodes' ranks join each one).
         seeds: ``(params, source file)`` of known configs (``--enqueue``), queued before sampled
             trials and counted in ``add``.
+        pruner: ``(name, startup trials)`` of :func:`autotune.pruning.make_pruner` for running trials.
 
     Returns:
         Trials this process ran.
@@ -1258,6 +1338,9 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui), len(slots))
     ctx.leader = leader
     ctx.log_dir = log_dir
+    from autotune.pruning import make_pruner
+
+    ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
     deadline = time.monotonic() + timeout if timeout else None
     failed_baseline: list[Any] = []
 

@@ -338,6 +338,28 @@ def test_oom_frontier_skips_larger_batches_and_survives_a_resume(tmp_path, cli):
     assert {t.params["batch_size"] for t in study.trials} == {16, 32, 128, 256, 512}  # 128 runs: only batches >= 256 are ruled out
 
 
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_clearly_slower_trial_is_pruned_and_never_recommended(tmp_path, cli, devices):
+    db = tmp_path / "p.db"
+    fast = tmp_path / "fast.yaml"
+    fast.write_text("data:\n  num_workers: 1\n")  # same training as the baseline: feasible
+    slow = tmp_path / "slow.yaml"  # batch 32 sleeps 50 ms a step: far below the others at every milestone
+    slow.write_text("data:\n  batch_size: 32\n")
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: {choices: [16, 32]}\nnum_workers: {choices: [0, 1]}\n")
+    r = cli("search", MODELS / "tiny.py", "--trials", 3, "--samples", 2048, "--devices", devices, "--space", space,
+            "--enqueue", fast, "--enqueue", slow, "--pruner", "median", "--pruner-startup", 2, "--storage", f"sqlite:///{db}",
+            env={"TINY_SAMPLE_SLEEP": "0.0005", "TINY_SLOW_BATCH": "32"}, check_rc=0)
+    study = load(db, "tiny")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"], [t.user_attrs.get("fail_reason") for t in study.trials]
+    pruned = study.trials[2]
+    assert pruned.params["batch_size"] == 32 and pruned.user_attrs["fail_kind"] == "pruned"
+    assert pruned.user_attrs["fail_reason"].startswith("pruned at 512 of 2048 samples: samples per sec")
+    assert "512" in pruned.user_attrs["intermediate"] and "2048" not in pruned.user_attrs["intermediate"]
+    assert all("intermediate" in t.user_attrs for t in study.trials[1:])  # recorded while they ran
+    assert "recommended: trial 2," not in r.stdout and "recommended: trial" in r.stdout
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}

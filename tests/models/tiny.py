@@ -4,6 +4,7 @@
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
 ``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
+``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
 ``TINY_OOM_ABOVE=N`` raises CUDA's out-of-memory error for any batch larger than ``N`` samples (a
 memory limit, on a CPU).
 """
@@ -64,6 +65,8 @@ class TinyModel(pl.LightningModule):
             os.kill(os.getpid(), signal.SIGKILL)
         if FAULT == "hang" and batch_idx == 2:
             time.sleep(3600)
+        if os.environ.get("TINY_SLOW_BATCH") and len(x) == int(os.environ["TINY_SLOW_BATCH"]):
+            time.sleep(0.05)
         if os.environ.get("TINY_OOM_ABOVE") and len(x) > int(os.environ["TINY_OOM_ABOVE"]):
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (TINY_OOM_ABOVE={os.environ['TINY_OOM_ABOVE']}, batch {len(x)})")
         if FAULT == "oom" and batch_idx == 1:
