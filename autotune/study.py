@@ -145,7 +145,7 @@ def check_search_options(opts: SearchOptions) -> None:
 
     from autotune.pruning import make_pruner
 
-    make_pruner(opts.pruner or "median", opts.pruner_startup)  # raises on a bad name or count
+    make_pruner(opts.pruner or _env_pruner(), opts.pruner_startup)  # raises on a bad name or count
     if opts.sampler is not None and opts.sampler not in SAMPLERS:
         raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
     if opts.confirm is not None and opts.confirm < 0:
@@ -983,7 +983,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
     ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader, seeds=seeds,
-                      pruner=(opts.pruner or "median", opts.pruner_startup))
+                      pruner=(opts.pruner or _env_pruner(), opts.pruner_startup))
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
@@ -1024,6 +1024,15 @@ def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict
         config = config_from_lightning_cli(document, settings["targets"], baseline, source=file)
         seeds.append((params_of(config, settings["space"], baseline, source=file), str(path)))
     return seeds
+
+
+#: Environment variable giving ``--pruner``'s default (else ``median``).
+ENV_PRUNER = "AUTOTUNE_PRUNER"
+
+
+def _env_pruner() -> str:
+    """``--pruner``'s default: ``$AUTOTUNE_PRUNER`` or ``median`` (checked by ``make_pruner``)."""
+    return os.environ.get(ENV_PRUNER) or "median"
 
 
 def _env_confirm() -> int:

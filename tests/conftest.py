@@ -8,6 +8,8 @@ import pytest
 # Searches in tests skip the confirmation runs unless a test asks for them with --confirm K
 # (they would multiply the suite's time; tests/test_search_e2e.py checks confirmation itself).
 os.environ.setdefault("AUTOTUNE_CONFIRM", "0")
+# Likewise pruning (it would make trial states depend on timing); the pruning tests pass --pruner.
+os.environ.setdefault("AUTOTUNE_PRUNER", "none")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(__file__).resolve().parent / "models"
