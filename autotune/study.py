@@ -1278,7 +1278,7 @@ def _baseline_pending(study) -> bool:
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
                 storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = (),
-                pruner: tuple[str, int] = ("median", 5)) -> int:
+                pruner: tuple[str, int] | None = None) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -1300,7 +1300,8 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             (trials then start cold, and the other nodes' ranks join each one).
         seeds: ``(params, source file)`` of known configs (``--enqueue``), queued before sampled
             trials and counted in ``add``.
-        pruner: ``(name, startup trials)`` of :func:`autotune.pruning.make_pruner` for running trials.
+        pruner: ``(name, startup trials)`` of :func:`autotune.pruning.make_pruner` for running trials
+            (default: ``$AUTOTUNE_PRUNER`` or ``median``, after 5 completed trials).
 
     Returns:
         Trials this process ran.
@@ -1349,6 +1350,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     ctx.log_dir = log_dir
     from autotune.pruning import make_pruner
 
+    pruner = pruner or (_env_pruner(), 5)
     ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
     deadline = time.monotonic() + timeout if timeout else None
     failed_baseline: list[Any] = []
