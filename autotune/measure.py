@@ -98,12 +98,22 @@ def steady_state_start(intervals: Sequence[float], accumulate_grad_batches: int 
     block = 5 if len(steps) >= 50 else 1
     x = [statistics.fmean(steps[i:i + block]) for i in range(0, len(steps) - len(steps) % block, block)]
     best_d, best = 0, math.inf
+    if x:
+        centre = statistics.fmean(x)  # centred values: the sums below lose no precision
+        x = [v - centre for v in x]
+    total = total_sq = 0.0  # suffix sums: each cut is scored in O(1)
+    suffix = []
+    for v in reversed(x):
+        total += v
+        total_sq += v * v
+        suffix.append((total, total_sq))
+    suffix.reverse()
     for d in range(0, len(x) // 2 + 1):
-        kept = x[d:]
-        if len(kept) < 2:
+        kept = len(x) - d
+        if kept < 2:
             break
-        mean = statistics.fmean(kept)
-        score = sum((v - mean) ** 2 for v in kept) / len(kept) ** 2
+        s1, s2 = suffix[d]
+        score = max(0.0, s2 - s1 * s1 / kept) / kept**2
         if score < best:
             best_d, best = d, score
     w = max(1, best_d * block) * k
