@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
     s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
     s.add_argument("--jobs", type=_positive_int, default=1, help="trials at once, each on its own GPUs or CPU cores (default 1)")
+    s.add_argument("--memory-limit", type=_number, help="GiB each trial may use (default: the GPU's memory; on a CPU, give it "
+                   "to fit the memory model against host RAM)")
+    s.add_argument("--memory-margin", type=_number, default=0.1, help="fraction of --memory-limit kept free (default 0.1)")
     s.add_argument("--pruner", help="median (default), percentile or none: stop trials clearly worse than the completed ones at "
                    "25/50/75%% of their samples (docs/objectives.md)")
     s.add_argument("--pruner-startup", type=_positive_int, default=5, help="completed trials before any pruning (default 5)")

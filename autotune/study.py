@@ -85,6 +85,8 @@ class SearchOptions:
     node_rank: int | None = None
     node_group: str | None = None
     sampler: str | None = None
+    memory_limit: float | None = None
+    memory_margin: float = 0.1
     pruner: str | None = None
     pruner_startup: int = 5
     enqueue: list[str] | None = None
@@ -145,6 +147,10 @@ def check_search_options(opts: SearchOptions) -> None:
 
     from autotune.pruning import make_pruner
 
+    if opts.memory_limit is not None and not opts.memory_limit > 0:
+        raise UsageError(f"--memory-limit must be > 0 GiB, got {opts.memory_limit}")
+    if not 0 <= opts.memory_margin < 1:
+        raise UsageError(f"--memory-margin must be a fraction in [0, 1) (0.1 keeps 10% free), got {opts.memory_margin}")
     make_pruner(opts.pruner or _env_pruner(), opts.pruner_startup)  # raises on a bad name or count
     if opts.sampler is not None and opts.sampler not in SAMPLERS:
         raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
@@ -404,6 +410,10 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
     )
     for note in notes:
         ui.warn(note)
+    limit = opts.memory_limit if opts.memory_limit is not None else (hardware.device_memory_gib if hardware.accelerator == "gpu" else None)
+    memory_model = None
+    if limit:
+        memory_model = _probe_memory(model_file, opts, report, resolved, baseline, limit, opts.memory_margin, ui)
     settings = {
         "study_name": study_name,
         "model_file": str(model_file),
@@ -421,6 +431,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         "devices": devices,
         "num_nodes": num_nodes,
         "monitor_explicit": opts.monitor is not None,
+        "memory_model": memory_model,
+        "memory_limit_gib": limit,
+        "memory_model_margin": opts.memory_margin,
     }
     for key, default in DEFAULTS.items():
         value = getattr(opts, key)
@@ -708,10 +721,81 @@ def _memory_events(study) -> list:
 
 
 def _predicted_oom(study, config: TrialConfig) -> str | None:
-    """:func:`autotune.frontier.predicted_oom` over the study's finished trials."""
+    """:func:`autotune.frontier.predicted_oom` over the study's finished trials, then the memory model."""
     from autotune.frontier import predicted_oom
 
-    return predicted_oom(config.to_dict(), _memory_events(study))
+    reason = predicted_oom(config.to_dict(), _memory_events(study))
+    settings = study.user_attrs.get(SETTINGS_ATTR) or {}
+    model = (settings.get("memory_model") or {}).get(config.precision)
+    if reason is None and model and model.get("max_batch") is not None and config.devices == settings.get("devices"):
+        if config.batch_size > model["max_batch"]:
+            reason = (f"predicted OOM by the memory model: per-device batch {config.batch_size} > {model['max_batch']}, the most "
+                      f"that fits {config.precision} in {1 - settings['memory_model_margin']:.0%} of {settings['memory_limit_gib']:g} GiB")
+    return reason
+
+
+def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dict, baseline: TrialConfig, limit: float, margin: float, ui):
+    """Fit the memory model (see :mod:`autotune.memory`) by probes, print it, and cap ``resolved``'s batch sizes.
+
+    Returns:
+        ``{precision: {"fixed_gib", "per_sample_gib", "max_batch", "probes"}}``, or ``None`` when the
+        probes could not measure (a warning says why).
+
+    Raises:
+        UsageError: Not even the smallest batch size of the space fits.
+    """
+    from autotune.memory import fit_memory, max_batch, probe_batches
+    from autotune.runner import run_trial_process
+
+    batch_entry = resolved.get("batch_size", {"choices": [baseline.batch_size]})
+    choices = batch_entry.get("choices") or [batch_entry["low"], batch_entry["high"]]
+    precisions = list(resolved.get("precision", {}).get("choices") or [baseline.precision])
+    model: dict[str, Any] = {}
+    ui.info(f"memory model: probing {len(precisions)} precision(s) x 2 batch sizes against {limit:g} GiB ({margin:.0%} kept free) ...")
+    for precision in precisions:
+        points, oom_at = [], None
+        for batch in probe_batches(choices):
+            config = baseline.replace(batch_size=batch, precision=precision, accumulate_grad_batches=1)
+            spec = {"model_file": str(model_file), "model_class": report["model_class"], "data_class": report["data_class"],
+                    "config_file": str(Path(opts.config_file).resolve()) if opts.config_file else None, "user_config": report["user_config"],
+                    "targets": report["targets"], "config": config.to_dict(), "samples": 2 * batch * config.world_size,
+                    "seed": opts.seed if opts.seed is not None else DEFAULTS["seed"]}
+            outcome = run_trial_process(spec, timeout=float(opts.trial_timeout or DEFAULTS["trial_timeout"]), trial_number=-1,
+                                        expected_ranks=config.world_size, devices=config.devices)
+            if not outcome.ok:
+                if outcome.fail_kind == "oom":
+                    oom_at = batch
+                    break
+                ui.warn(f"memory probe ({precision}, batch {batch}) failed: {outcome.fail_reason}; no memory model for {precision}")
+                break
+            memory = [r.get("peak_memory_gib", 0.0) for r in outcome.ranks if r.get("ok")]
+            cuda = any(r.get("peak_memory_kind") == "cuda_max_allocated" for r in outcome.ranks)
+            points.append((batch, max(memory) if cuda else sum(memory)))
+        if oom_at is not None:
+            model[precision] = {"fixed_gib": None, "per_sample_gib": None, "max_batch": oom_at - 1, "probes": points}
+            ui.info(f"  {precision}: batch {oom_at} already ran out of memory; batches >= {oom_at} are skipped")
+        elif len(points) == 2:
+            fixed, per_sample = fit_memory(points)
+            top = max_batch(fixed, per_sample, limit, margin)
+            model[precision] = {"fixed_gib": fixed, "per_sample_gib": per_sample, "max_batch": 0 if top is None else top, "probes": points}
+            shown = "none fits" if top is None else ("no limit in sight" if top >= 2**31 else f"max per-device batch {top}")
+            ui.info(f"  {precision}: {fixed:.3g} GiB + {per_sample * 2**20:.3g} MiB x batch; {shown}")
+    if not model:
+        return None
+    if len(model) == len(precisions):  # batch sizes above every precision's maximum never fit: out of the space
+        top = max(m["max_batch"] for m in model.values())
+        if "choices" in batch_entry:
+            kept = [c for c in batch_entry["choices"] if c <= top]
+            if not kept:
+                raise UsageError(f"--memory-limit {limit:g} GiB: not even batch {min(batch_entry['choices'])} fits (memory model); "
+                                 "raise --memory-limit, lower --memory-margin, or add smaller batch sizes to the space")
+            if len(kept) < len(batch_entry["choices"]):
+                ui.warn(f"removed batch sizes {[c for c in batch_entry['choices'] if c > top]}: above {top}, the most the memory model fits")
+                resolved["batch_size"] = {"choices": kept}
+        elif "high" in batch_entry and batch_entry["high"] > top >= batch_entry["low"]:
+            ui.warn(f"batch_size capped at {top}, the most the memory model fits")
+            resolved["batch_size"] = {**batch_entry, "high": top}
+    return model
 
 
 def oom_frontier(study) -> list[dict[str, Any]]:

@@ -360,6 +360,28 @@ def test_a_clearly_slower_trial_is_pruned_and_never_recommended(tmp_path, cli, d
     assert "recommended: trial 2," not in r.stdout and "recommended: trial" in r.stdout
 
 
+def test_memory_model_caps_the_batch_sizes_at_the_limit(tmp_path, cli):
+    db = tmp_path / "mm.db"
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: {choices: [16, 32, 64, 128, 256]}\n")
+    # 8 MiB or more per sample: 256 samples need over 2 GiB on top of the process, so 256 never fits 90% of 2 GiB
+    r = cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 512, "--space", space, "--memory-limit", 2.0,
+            "--storage", f"sqlite:///{db}", env={"TINY_MIB_PER_SAMPLE": "8"}, check_rc=0)
+    settings = load(db, "tiny").user_attrs["autotune"]
+    model = settings["memory_model"]["32-true"]
+    assert [b for b, _ in model["probes"]] == [16, 32]
+    # the fitted slope is the allocation (8 MiB a sample; the allocator may hold up to two steps' worth)
+    assert 7 / 1024 <= model["per_sample_gib"] <= 17 / 1024
+    assert model["fixed_gib"] + model["per_sample_gib"] * model["max_batch"] <= 0.9 * 2.0 + 1e-9
+    assert model["fixed_gib"] + model["per_sample_gib"] * (model["max_batch"] + 1) > 0.9 * 2.0
+    assert 32 <= model["max_batch"] < 256
+    kept = [c for c in (16, 32, 64, 128, 256) if c <= model["max_batch"]]
+    assert settings["space"]["batch_size"]["choices"] == kept
+    assert "removed batch sizes [" in r.stdout and "32-true: " in r.stdout and f"max per-device batch {model['max_batch']}" in r.stdout
+    r = cli("search", MODELS / "tiny.py", "--memory-margin", 1.5, "--storage", f"sqlite:///{tmp_path / 'x.db'}", check_rc=2)
+    assert "--memory-margin must be a fraction in [0, 1)" in r.stderr
+
+
 def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}

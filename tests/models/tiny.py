@@ -5,6 +5,8 @@ trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every 
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
 ``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
 ``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
+``TINY_MIB_PER_SAMPLE=M`` makes every step allocate and touch ``M`` MiB per sample (memory that grows
+with the batch, for the memory model on a CPU).
 ``TINY_OOM_ABOVE=N`` raises CUDA's out-of-memory error for any batch larger than ``N`` samples (a
 memory limit, on a CPU).
 """
@@ -65,6 +67,9 @@ class TinyModel(pl.LightningModule):
             os.kill(os.getpid(), signal.SIGKILL)
         if FAULT == "hang" and batch_idx == 2:
             time.sleep(3600)
+        if os.environ.get("TINY_MIB_PER_SAMPLE"):
+            block = torch.ones(len(x), int(float(os.environ["TINY_MIB_PER_SAMPLE"]) * 2**18))  # 2**18 float32 = 1 MiB
+            loss = loss + 0 * block.sum()
         if os.environ.get("TINY_SLOW_BATCH") and len(x) == int(os.environ["TINY_SLOW_BATCH"]):
             time.sleep(0.05)
         if os.environ.get("TINY_OOM_ABOVE") and len(x) > int(os.environ["TINY_OOM_ABOVE"]):
