@@ -79,7 +79,8 @@ def steady_state_start(intervals: Sequence[float], accumulate_grad_batches: int 
     and the cut ``d`` (in blocks, at most half of them) minimises
     ``sum((x_i - mean(x[d:]))**2 for i >= d) / (n - d)**2``, the squared standard error of the mean
     of what is kept. At least the first optimizer step is always discarded (it includes the
-    DataLoader's start).
+    DataLoader's start), unless that would leave fewer than ``min_steady`` batches: a run of a single
+    optimizer step is then measured whole (a pessimistic figure; 0 is returned and recorded).
 
     Args:
         intervals: Seconds per training batch, in order (``>= 0``).

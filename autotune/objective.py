@@ -44,6 +44,9 @@ __all__ = [
 
 OBJECTIVES = ("throughput", "time-to-quality", "goodput", "pareto")
 
+#: An extrapolation past this many budgets is reported as never reaching the target.
+NEVER_FACTOR = 1000.0
+
 #: Width of the smoothing window of a loss curve, as a fraction of the trial's sample budget
 #: (the same tenth that ``train_loss_final`` averages).
 SMOOTHING_FRACTION = 0.1
@@ -258,8 +261,9 @@ def time_to_target(curve: Sequence[Sequence[float]], target: float, samples_per_
     the crossing is interpolated linearly between the two points around it. When it does not, the
     time is extrapolated: ``loss = a + b * ln(samples)`` is fitted by least squares to the second
     half of the smoothed curve (loss curves of short runs are close to straight against log samples)
-    and solved for the target; a curve that is not falling (``b >= 0``) never gets there (``inf``).
-    An extrapolated count is at least the samples already seen.
+    and solved for the target; a curve that is not falling (``b >= 0``), or one that would need more
+    than :data:`NEVER_FACTOR` budgets, never gets there (``inf``). An extrapolated count is at least
+    the samples already seen.
 
     Args:
         curve: ``[(samples_seen, loss), ...]`` (global samples, training loss).
@@ -295,6 +299,8 @@ def time_to_target(curve: Sequence[Sequence[float]], target: float, samples_per_
     intercept = mean_y - slope * mean_x
     exponent = (target - intercept) / slope
     samples = math.exp(exponent) if exponent < 700 else math.inf
+    if samples > NEVER_FACTOR * budget_samples:
+        return TimeToTarget(math.inf, math.inf, False)
     samples = max(samples, smoothed[-1][0])
     return TimeToTarget(samples, samples / samples_per_sec, False)
 

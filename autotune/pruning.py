@@ -66,9 +66,8 @@ def intermediate_metric(objective: str) -> tuple[str, str] | None:
     is not pruned: ``time-to-quality`` and ``goodput`` are known only at a trial's end (the time to
     the target needs the whole curve; the efficiency needs the noise scale), and neither the partial
     samples/s nor the partial loss orders trials the way they do."""
-    if objective in ("throughput", "pareto"):
-        return "samples_per_sec", "maximize"
-    return None
+    pruned_by_throughput = ("samples_per_sec", "maximize")
+    return pruned_by_throughput if objective in ("throughput", "pareto") else None
 
 
 def prune_decision(pruner: Any, direction: str, completed: Sequence[Mapping[int, float]], current: Mapping[int, float]) -> bool:

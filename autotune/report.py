@@ -41,6 +41,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
             note = (f"confirms #{attrs['confirm_of']} " + note).strip()
+        if "seeded_from" in attrs:
+            note = ("--enqueue " + note).strip()
         if t.number == recommended_number:
             note = ("recommended " + note).strip()
         rows.append(
@@ -91,6 +93,8 @@ def sort_key(objective: str):
             seconds = row.get("time_to_target")
             return (not row.get("target_reached"), seconds if seconds is not None else math.inf)
         return key
+    if objective == "goodput":
+        return lambda row: -(row.get("goodput") or 0)
     return lambda row: -(row.get("samples_per_sec") or 0)
 
 
@@ -221,7 +225,13 @@ class ConsoleUI:
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
         if runs and runs[-1].get("overhead_fraction") is not None:
-            run = runs[-1]
+            run = dict(runs[-1])
+            if run.get("stage") == "confirm" and len(runs) > 1:  # this run = its search and its confirmation
+                search = runs[-2]
+                run["trials"] += search["trials"]
+                run["wall_seconds"] += search["wall_seconds"]
+                training = run["training_seconds"] + search["training_seconds"]
+                run["overhead_fraction"] = 1.0 - training / (run["wall_seconds"] * run["jobs"]) if run["wall_seconds"] > 0 else 0.0
             self.console.print(
                 f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s ({run['launch']} trial processes, {run['jobs']} job(s)); "
                 f"{run['overhead_fraction']:.0%} of it outside training steps",
@@ -234,11 +244,21 @@ class ConsoleUI:
                 self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
-        sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
-        self.console.print(
-            f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
-            f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
-        )
+        from autotune.study import confirmed_speed
+
+        speed = confirmed_speed(study, settings)
+        if speed is not None:
+            sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
+            self.console.print(
+                f"[bold]recommended: trial {recommended.number}[/bold] (the config of trial {speed['trial']}, confirmed): median "
+                f"{sps:,.0f} samples/s over {speed['runs']} runs = [bold]{sps / b_sps:.2f}x[/bold] the baseline's median ({b_sps:,.0f} samples/s)"
+            )
+        else:
+            sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+            self.console.print(
+                f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
+                f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
+            )
         from autotune.study import confirmation_lines
 
         for line in (flops_line(recommended), quality_line(recommended, baseline), *confirmation_lines(study, settings)):

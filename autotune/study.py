@@ -145,12 +145,19 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
     from autotune.samplers import SAMPLERS
 
-    from autotune.pruning import make_pruner
+    from autotune.pruning import PRUNERS, make_pruner
 
     if opts.memory_limit is not None and not opts.memory_limit > 0:
         raise UsageError(f"--memory-limit must be > 0 GiB, got {opts.memory_limit}")
     if not 0 <= opts.memory_margin < 1:
         raise UsageError(f"--memory-margin must be a fraction in [0, 1) (0.1 keeps 10% free), got {opts.memory_margin}")
+    for file in opts.enqueue or []:
+        if not Path(file).is_file():
+            raise UsageError(f"--enqueue {file!r} does not exist; give a LightningCLI YAML such as an autotune export")
+    if opts.confirm is None:
+        _env_confirm()  # a bad $AUTOTUNE_CONFIRM stops the run before any trial
+    if opts.pruner is None and os.environ.get(ENV_PRUNER) and os.environ[ENV_PRUNER] not in PRUNERS:
+        raise UsageError(f"${ENV_PRUNER}={os.environ[ENV_PRUNER]!r} must be one of {list(PRUNERS)} (the default of --pruner)")
     make_pruner(opts.pruner or _env_pruner(), opts.pruner_startup)  # raises on a bad name or count
     if opts.sampler is not None and opts.sampler not in SAMPLERS:
         raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
@@ -779,7 +786,7 @@ def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dic
             top = max_batch(fixed, per_sample, limit, margin)
             model[precision] = {"fixed_gib": fixed, "per_sample_gib": per_sample, "max_batch": 0 if top is None else top, "probes": points}
             shown = "none fits" if top is None else ("no limit in sight" if top >= 2**31 else f"max per-device batch {top}")
-            ui.info(f"  {precision}: {fixed:.3g} GiB + {per_sample * 2**20:.3g} MiB x batch; {shown}")
+            ui.info(f"  {precision}: {fixed:.3g} GiB + {per_sample * 1024:.3g} MiB x batch; {shown}")
     if not model:
         return None
     if len(model) == len(precisions):  # batch sizes above every precision's maximum never fit: out of the space
@@ -864,9 +871,11 @@ def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", 
                     preview = json.load(f)
             except (OSError, ValueError):
                 continue
-            for step in steps:
-                value = preview.get(key)
-                if step in recorded or preview.get("samples", 0) < step or value is None:
+            reached = [step for step in steps if preview.get("samples", 0) >= step]
+            value = preview.get(key)
+            # only the latest milestone the preview has passed: an older one would get a later figure
+            for step in reached[-1:]:
+                if step in recorded or value is None:
                     continue
                 recorded[step] = float(value)
                 try:
@@ -1015,9 +1024,11 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sqlite_path = _sqlite_path(storage_url)
     settings = None
+    seeds = None
     if sqlite_path is not None and not sqlite_path.exists():
         # a new database: check the model before creating any file, so bad input leaves nothing behind
         settings = _create_settings(opts, model_file, study_name, ui)
+        seeds = _check_run_inputs(opts, settings, new_study=True)
     storage = open_storage(storage_url, heartbeat=True)
     if study_name in _study_names(storage):
         study = optuna.load_study(study_name=study_name, storage=storage)
@@ -1032,9 +1043,12 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             settings = fresh
         if opts.trial_timeout is not None:
             settings = {**settings, "trial_timeout": opts.trial_timeout}
+        seeds = _check_run_inputs(opts, settings)
         ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
     else:
-        settings = settings or _create_settings(opts, model_file, study_name, ui)
+        if settings is None:
+            settings = _create_settings(opts, model_file, study_name, ui)
+            seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
         try:
             study = optuna.create_study(
                 study_name=study_name,
@@ -1051,7 +1065,6 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
             study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
         ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
-    seeds = _seeds(opts.enqueue or [], settings)
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
         raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {max(0, room)} "
@@ -1081,6 +1094,23 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:
+    """Check what needs the study's space (``--sampler grid``, ``--enqueue``) before the study is
+    created or changed. Returns the ``--enqueue`` seeds.
+
+    Raises:
+        UsageError: As :func:`autotune.samplers.make_sampler` and :func:`_seeds`.
+    """
+    from autotune.samplers import make_sampler
+
+    make_sampler(opts.sampler or "tpe", settings["space"], int(settings["seed"]))
+    seeds = _seeds(opts.enqueue or [], settings)
+    if new_study and len(seeds) > opts.trials - 1:
+        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {opts.trials - 1} "
+                         "after the baseline; raise --trials")
+    return seeds
 
 
 def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, str]]:
@@ -1183,7 +1213,7 @@ def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, sampl
         return 0
     which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
     ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
-    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url)
+    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm")
 
 
 def confirmation(study, settings: Mapping[str, Any]):
@@ -1362,7 +1392,7 @@ def _baseline_pending(study) -> bool:
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
                 storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = (),
-                pruner: tuple[str, int] | None = None) -> int:
+                pruner: tuple[str, int] | None = None, stage: str = "search") -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -1532,7 +1562,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         import shutil
 
         shutil.rmtree(log_dir, ignore_errors=True)
-        _record_run(study, run_start, ctx, cold)
+        _record_run(study, run_start, ctx, cold, stage)
     if failed_baseline:
         frozen = failed_baseline[0]
         if frozen is None:
@@ -1561,7 +1591,7 @@ def _fail_stale(study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def _record_run(study, run_start: float, ctx: _RunContext, cold: bool) -> None:
+def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: str = "search") -> None:
     """Append this run's overhead figures to the study's ``runs`` attribute (best effort)."""
     try:
         wall = time.monotonic() - run_start
@@ -1578,6 +1608,7 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool) -> None:
                 "wall_seconds": wall,
                 "training_seconds": training,
                 "overhead_fraction": 1.0 - training / (wall * ctx.jobs) if wall > 0 else None,
+                "stage": stage,
             }
         )
         study.set_user_attr("runs", runs)
@@ -1676,10 +1707,17 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     sps, loss = trial.user_attrs["samples_per_sec"], trial.user_attrs["loss"]
     b_sps, b_loss = baseline.user_attrs["samples_per_sec"], baseline.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings["monitor"])
+    speed = confirmed_speed(study, settings)
+    if speed is not None:
+        measured = (f"measured: median {speed['samples_per_sec']:,.0f} samples/s over {speed['runs']} confirmation runs of the config of "
+                    f"trial {speed['trial']} vs the baseline's median {speed['baseline_samples_per_sec']:,.0f} samples/s: speedup "
+                    f"{speed['samples_per_sec'] / speed['baseline_samples_per_sec']:.2f}x")
+    else:
+        measured = f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
     header = [
         "autotune recommendation (LightningCLI config)",
         f"study: {settings['study_name']} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
-        f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x",
+        measured,
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
         *confirmation_lines(study, settings),
         f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
@@ -1695,6 +1733,29 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_yaml(doc, header, notes))
     return out
+
+
+def confirmed_speed(study, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Median samples/s of the recommended confirmed config's runs and of the baseline's, or ``None``.
+
+    Returns:
+        ``{"trial", "samples_per_sec", "runs", "baseline_trial", "baseline_samples_per_sec", "baseline_runs", "samples"}``.
+    """
+    import statistics
+
+    confirmed = confirmation(study, settings)
+    if confirmed is None or confirmed[1].chosen is None:
+        return None
+    groups, choice, samples = confirmed
+    base = next((g for g in groups if g.baseline), None)
+    every = study.get_trials(deepcopy=False)
+
+    def speed(group) -> float:
+        return statistics.median(every[n].user_attrs["samples_per_sec"] for n in group.runs) if group and group.runs else math.nan
+
+    return {"trial": choice.chosen.number, "samples_per_sec": speed(choice.chosen), "runs": len(choice.chosen.runs),
+            "baseline_trial": base.number if base else None, "baseline_samples_per_sec": speed(base),
+            "baseline_runs": len(base.runs) if base else 0, "samples": samples}
 
 
 def confirmation_lines(study, settings: Mapping[str, Any]) -> list[str]:

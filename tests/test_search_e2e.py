@@ -164,7 +164,12 @@ def test_two_rank_ddp_trials_share_one_config(tmp_path, cli):
 def test_faults_fail_their_trial_with_a_reason_and_the_study_goes_on(tmp_path, cli):
     db = tmp_path / "faults.db"
     env = {"TINY_FAULTS": "1:raise,2:nan,3:kill,4:hang,5:oom,6:oom_runtime"}
-    cli("search", MODELS / "tiny.py", "--trials", 8, "--samples", 1024, "--trial-timeout", 25,
+    # known configs in order, so that no trial after an injected OOM has a batch as large (the OOM frontier would skip it)
+    seeds = []
+    for number, batch in enumerate([32, 32, 32, 32, 512, 256, 16], start=1):
+        seeds += ["--enqueue", tmp_path / f"seed{number}.yaml"]
+        (tmp_path / f"seed{number}.yaml").write_text(f"data:\n  batch_size: {batch}\n")
+    cli("search", MODELS / "tiny.py", "--trials", 8, "--samples", 1024, "--trial-timeout", 25, *seeds,
         "--storage", f"sqlite:///{db}", env=env, check_rc=0)
     trials = load(db, "tiny").trials
     assert len(trials) == 8
@@ -287,7 +292,9 @@ def test_confirmation_reruns_the_best_configs_and_recommends_a_median(tmp_path, 
         assert t.user_attrs["samples_seen"] >= 2048
         assert t.state.name == "COMPLETE", t.user_attrs.get("fail_reason")
     assert "confirming the 1 best config(s) and the baseline: 2 run(s) each of 2048 training samples" in r.stdout
-    recommended = int(r.stdout.split("recommended: trial ")[1].split(",")[0])
+    recommended = int(r.stdout.split("recommended: trial ")[1].split()[0].rstrip(","))
+    assert "confirmed): median" in r.stdout and "the baseline's median" in r.stdout
+    assert f"this run: {len(study.trials)} trial(s)" in r.stdout  # the search and its confirmation
     assert "confirm_of" in study.trials[recommended].user_attrs  # a confirmation run, never a single search trial
     assert "confirmed: config of trial" in r.stdout and "confirmed: config of trial" in out.read_text()
     # resuming with the same flags queues no new confirmation run for configs already confirmed
@@ -437,6 +444,13 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--confirm", -1], "--confirm must be >= 0"),
         (["search", MODELS / "tiny.py", "--confirm-repeats", 0], "--confirm-repeats must be >= 1, got 0"),
         (["worker", "--node-rank", "abc"], "argument --node-rank: invalid int value: 'abc'"),
+        (["search", MODELS / "tiny.py", "--enqueue", "missing.yaml"], "--enqueue 'missing.yaml' does not exist"),
+        # checked against the study's space, before the study is created: nothing is left behind
+        (["search", MODELS / "tiny.py", "--enqueue", "typo.yaml", "--enqueue", "badvalue.yaml", "--trials", 3], "badvalue.yaml: lr must be a number, got 'fast'"),
+        (["search", MODELS / "tiny.py", "--sampler", "grid"], "--sampler grid: knob 'lr' is a continuous range"),
+        (["search", MODELS / "tiny.py", "--sampler", "bayes"], "unknown --sampler 'bayes'"),
+        (["search", MODELS / "tiny.py", "--pruner", "xyz"], "unknown --pruner 'xyz'"),
+        (["search", MODELS / "tiny.py", "--memory-limit", -3], "--memory-limit must be > 0 GiB, got -3.0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
@@ -454,6 +468,16 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
     assert message in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("studies/*.db"))  # nothing created for bad input
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("AUTOTUNE_CONFIRM", "abc", "$AUTOTUNE_CONFIRM='abc' must be an integer >= 0"),
+    ("AUTOTUNE_PRUNER", "xyz", "$AUTOTUNE_PRUNER='xyz' must be one of ['median', 'percentile', 'none']"),
+])
+def test_bad_environment_defaults_stop_before_any_trial(tmp_path, cli, variable, value, message):
+    r = cli("search", MODELS / "tiny.py", "--trials", 2, env={variable: value})
+    assert r.returncode == 2 and message in r.stderr and "trial 0" not in r.stdout
+    assert not list(tmp_path.glob("studies/*.db"))
 
 
 def test_cli_process_never_imports_torch(tmp_path):
