@@ -87,10 +87,6 @@ def _grid_class():
     return Grid
 
 
-def _Grid(*args, **kwargs):
-    return _grid_class()(*args, **kwargs)
-
-
 def make_sampler(name: str, resolved: Mapping[str, Mapping[str, Any]], seed: int):
     """An Optuna sampler by name (see the module docstring).
 
@@ -118,5 +114,5 @@ def make_sampler(name: str, resolved: Mapping[str, Mapping[str, Any]], seed: int
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "grid":
-            return _Grid(grid_space(resolved), seed=seed)
+            return _grid_class()(grid_space(resolved), seed=seed)
     raise UsageError(f"unknown --sampler {name!r}; choose one of {list(SAMPLERS)}")
