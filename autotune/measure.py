@@ -617,6 +617,8 @@ def _make_callback_class(pl: Any) -> type:
                 measuring = self._measuring()
                 per_rank = self.batch_size * self.accumulate
                 if self.noise_method == "consecutive_steps":
+                    if self._pair is None and not measuring:
+                        return  # most steps: nothing to read (the finally block still counts the step)
                     grads = self._grads(pl_module)
                     if self._pair is not None:  # the second step of a pair: two batches against their mean
                         sq_small = (self._pair_sq + self._sq(grads)) / 2
