@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "25/50/75%% of their samples (docs/objectives.md)")
     s.add_argument("--pruner-startup", type=_positive_int, default=5, help="completed trials before any pruning (default 5)")
     s.add_argument("--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable")
+    s.add_argument("--search", help="staged (default for throughput and goodput): short runs of the system knobs, then full runs of "
+                   "lr and accumulation on the fastest; or flat: every trial samples every knob at full budget (docs/search.md)")
     s.add_argument("--sampler", help="tpe (default, multivariate TPE), gp, cmaes, random or grid (every knob discrete)")
     s.add_argument("--confirm", type=_positive_int, help="re-run the K best configs and the baseline before recommending "
                    "(default 3, or $AUTOTUNE_CONFIRM; 0 turns it off)")

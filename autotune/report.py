@@ -41,6 +41,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
             note = (f"confirms #{attrs['confirm_of']} " + note).strip()
+        if attrs.get("stage") == "system":
+            note = (f"short ({attrs.get('trial_samples', '?')} samples) " + note).strip()
         if "seeded_from" in attrs:
             note = ("--enqueue " + note).strip()
         if t.number == recommended_number:

@@ -9,6 +9,7 @@ trial its ``fail_kind`` and ``fail_reason``. Nothing is ever deleted.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
@@ -93,6 +94,19 @@ class SearchOptions:
     confirm: int | None = None
     confirm_repeats: int = 3
     confirm_samples: int | None = None
+    search: str | None = None
+
+
+#: Values of ``--search`` (see :func:`staged_plan`).
+SEARCHES = ("staged", "flat")
+#: Share of a staged run's sampled trials that are short system-knob runs (stage 1).
+SYSTEM_FRACTION = 0.6
+#: Optimizer steps a stage-1 run trains at least (enough for the warm-up cut and a steady state).
+SYSTEM_STEPS = 32
+#: Fastest system configs of stage 1 that stage 2 trains at full budget.
+STAGE2_CONFIGS = 3
+#: Knobs that decide convergence but hardly the speed: fixed in stage 1, searched in stage 2.
+CONVERGENCE_KNOBS = ("lr", "accumulate_grad_batches")
 
 
 #: Environment variable giving ``--confirm``'s default (else :data:`DEFAULT_CONFIRM`).
@@ -175,6 +189,15 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--mode must be 'min' or 'max', got {opts.mode!r}")
     if opts.loss_tolerance is not None:
         validate_tolerance(opts.loss_tolerance)
+    if opts.search is not None and opts.search not in SEARCHES:
+        raise UsageError(f"unknown --search {opts.search!r}; choose one of {list(SEARCHES)} (docs/search.md)")
+    if opts.search is None and os.environ.get(ENV_SEARCH) and os.environ[ENV_SEARCH] not in SEARCHES:
+        raise UsageError(f"${ENV_SEARCH}={os.environ[ENV_SEARCH]!r} must be one of {list(SEARCHES)} (the default of --search)")
+    if opts.search == "staged" and opts.objective not in (None, "throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {opts.objective}; "
+                         "use --search flat")
+    if opts.search == "staged" and opts.sampler == "grid":
+        raise UsageError("--search staged with --sampler grid: the grid runs every combination once; use --search flat")
 
 
 def default_study_name(model_file: str | Path) -> str:
@@ -513,6 +536,8 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
     ui.trial_started(trial.number, config, is_baseline)
+    if trial.user_attrs.get("stage") == "system":
+        trial.set_user_attr("trial_samples", system_budget(config, int(settings["samples"])))
     if not is_baseline and "confirm_of" not in trial.user_attrs:
         reason = _predicted_oom(study, config)
         if reason is not None:
@@ -539,7 +564,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
             ui.trial_progress(trial.number, progress_file)
             if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
-                    and intermediate_metric(settings["objective"]) is not None):
+                    and trial.user_attrs.get("stage") != "system" and intermediate_metric(settings["objective"]) is not None):
                 _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
             if ctx.leader is not None:
                 launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
@@ -622,9 +647,15 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             else:
                 baseline = study.user_attrs.get(BASELINE_ATTR)
                 baseline_loss = loss if is_baseline else baseline["loss"]
-                constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
-                attrs["constraint"] = constraint if math.isfinite(constraint) else None
-                attrs["feasible"] = constraint <= 0
+                if trial.user_attrs.get("stage") == "system":
+                    # a short run's loss is not comparable with the baseline's full budget: its
+                    # convergence is not judged (stage 2 judges it at full budget); the sampler is told feasible
+                    constraint = 0.0
+                    attrs["constraint"], attrs["feasible"] = None, None
+                else:
+                    constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
+                    attrs["constraint"] = constraint if math.isfinite(constraint) else None
+                    attrs["feasible"] = constraint <= 0
                 target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
                 reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
                 attrs["loss_target"] = target if math.isfinite(target) else None
@@ -657,8 +688,22 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
 
 
 def _budget(attrs: Mapping[str, Any], settings: Mapping[str, Any]) -> int:
-    """Training samples of a trial: a confirmation run's own budget, else the study's ``samples``."""
-    return int(attrs.get("confirm_samples") or settings["samples"])
+    """Training samples of a trial: a confirmation run's or a stage-1 run's own budget, else the study's ``samples``."""
+    return int(attrs.get("confirm_samples") or attrs.get("trial_samples") or settings["samples"])
+
+
+def system_budget(config: TrialConfig, samples: int) -> int:
+    """Training samples of a stage-1 run of ``--search staged`` (a throughput measurement).
+
+    A quarter of the study's budget, but at least :data:`SYSTEM_STEPS` optimizer steps of the
+    config, and never more than the full budget: ``min(samples, max(samples // 4, SYSTEM_STEPS x
+    effective batch))``.
+
+    Args:
+        config: The trial's config.
+        samples: The study's ``samples`` per trial (>= 1).
+    """
+    return min(samples, max(samples // 4, SYSTEM_STEPS * config.effective_batch_size))
 
 
 def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, config: Mapping[str, Any]) -> None:
@@ -829,7 +874,12 @@ def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
     with ctx.lock:  # (a grid run has a fixed set of points: nothing to replace)
         if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
             ctx.oom_replacements += 1
-            study.enqueue_trial({})
+            stage = trial.user_attrs.get("stage")
+            if stage:  # a staged trial's replacement keeps its stage and its fixed knobs
+                fixed = study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {}
+                study.enqueue_trial(dict(fixed), user_attrs={"stage": stage})
+            else:
+                study.enqueue_trial({})
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
@@ -1079,8 +1129,16 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
-    ran = drain_queue(study, settings, ui, add=add, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader, seeds=seeds,
-                      pruner=(opts.pruner or _env_pruner(), opts.pruner_startup))
+    search = opts.search or ("flat" if opts.sampler == "grid" else default_search(settings))
+    if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
+                         "use --search flat")
+    drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
+                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup))
+    if search == "staged":
+        ran = _staged_search(study, settings, ui, drain, add, seeds)
+    else:
+        ran = drain(add=add, seeds=seeds)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
@@ -1094,6 +1152,99 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+#: Environment variable giving ``--search``'s default.
+ENV_SEARCH = "AUTOTUNE_SEARCH"
+
+
+def default_search(settings: Mapping[str, Any]) -> str:
+    """``--search``'s default for a study: ``$AUTOTUNE_SEARCH`` if set, else ``staged`` for the rate
+    objectives (``throughput``, ``goodput``), whose stage-1 figure a short run measures, and
+    ``flat`` for the others (``time-to-quality``, ``pareto``), whose figures need the full budget."""
+    value = os.environ.get(ENV_SEARCH)
+    if value:
+        return value
+    return "staged" if settings["objective"] in ("throughput", "goodput") else "flat"
+
+
+def staged_plan(add: int, baseline_needed: bool, seeds: int, system_knobs: bool) -> tuple[int, int]:
+    """Split a staged run's trials: ``(stage-1 short runs, stage-2 full-budget runs)``.
+
+    The baseline (when the study has none yet) and the ``--enqueue`` configs run first at full
+    budget; of the rest, :data:`SYSTEM_FRACTION` (rounded) are stage-1 runs, the others stage 2.
+    Without system knobs to search there is no stage 1.
+
+    Args:
+        add: Trials this run adds (``--trials``, >= 1).
+        baseline_needed: The study has no baseline yet (it takes one of ``add``).
+        seeds: ``--enqueue`` configs (each takes one of ``add``).
+        system_knobs: The space searches a knob outside :data:`CONVERGENCE_KNOBS`.
+    """
+    rest = max(0, add - (1 if baseline_needed else 0) - seeds)
+    system = round(SYSTEM_FRACTION * rest) if system_knobs else 0
+    return system, rest - system
+
+
+def top_system_configs(trials: Sequence[Any], k: int) -> list[dict[str, Any]]:
+    """The ``k`` fastest distinct system configs among completed trials, fastest first.
+
+    A trial's system config is its Optuna params without :data:`CONVERGENCE_KNOBS` (``lr`` or
+    ``lr_multiplier``, ``accumulate_grad_batches``); a config's speed is the best samples/s any of
+    its trials measured. Confirmation runs are left out.
+
+    Args:
+        trials: Frozen Optuna trials.
+        k: Configs wanted (>= 0).
+    """
+    best: dict[str, tuple[float, dict]] = {}
+    skip = {*CONVERGENCE_KNOBS, "lr_multiplier"}
+    for t in trials:
+        sps = t.user_attrs.get("samples_per_sec")
+        if t.state.name != "COMPLETE" or "confirm_of" in t.user_attrs or not sps:
+            continue
+        system = {name: value for name, value in t.params.items() if name not in skip}
+        key = repr(sorted(system.items()))
+        if key not in best or sps > best[key][0]:
+            best[key] = (float(sps), system)
+    return [system for _, system in sorted(best.values(), key=lambda pair: -pair[0])[:k]]
+
+
+def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list) -> int:
+    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr and
+    accumulation at the baseline's values); stage 2 trains the :data:`STAGE2_CONFIGS` fastest
+    system configs at full budget, first at the baseline's lr and accumulation, then with the
+    sampler choosing those. Trials are marked ``stage`` (``system`` or ``full``); stage-1 runs are
+    never recommended. Returns the trials this process ran."""
+    from autotune.space import baseline_params, param_name
+
+    resolved = settings["space"]
+    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    convergence = {param_name(name, resolved[name]) for name in CONVERGENCE_KNOBS if name in resolved}
+    system_knobs = any(param_name(name, entry) not in convergence for name, entry in resolved.items())
+    baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
+    n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
+    fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
+    ui.info(f"staged search: {n_system} short system-knob run(s) (lr and accumulation at the baseline's), "
+            f"then {n_full} full-budget run(s) of the {STAGE2_CONFIGS} fastest")
+    first = list(seeds) + [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
+    ran = drain(add=add - n_full, seeds=first)
+    if not n_full:
+        return ran
+    every = study.get_trials(deepcopy=False)
+    top = top_system_configs(every, STAGE2_CONFIGS)
+    ran_full = {repr(sorted(t.params.items())) for t in every if t.user_attrs.get("stage") != "system" and t.state.name != "WAITING"}
+    second: list[tuple[dict, dict]] = []
+    for config in top:  # each fast config first at the baseline's lr and accumulation (known to converge)
+        params = {**config, **fixed}
+        if repr(sorted(params.items())) not in ran_full and len(second) < n_full:
+            second.append((params, {"stage": "full"}))
+    for i in range(n_full - len(second)):
+        second.append((dict(top[i % len(top)]) if top else {}, {"stage": "full"}))
+    if top:
+        ui.info("staged search, stage 2: lr and accumulation of the fastest system configs: "
+                + "; ".join(", ".join(f"{k}={v}" for k, v in config.items()) for config in top))
+    return ran + drain(add=n_full, seeds=second)
 
 
 def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:
@@ -1113,8 +1264,8 @@ def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_st
     return seeds
 
 
-def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, str]]:
-    """``(params, file)`` of each ``--enqueue`` file (a LightningCLI YAML, such as an export).
+def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, dict]]:
+    """``(params, {"seeded_from": file})`` of each ``--enqueue`` file (a LightningCLI YAML, such as an export).
 
     Raises:
         UsageError: A missing or unreadable file, not YAML, not a LightningCLI config, or a value
@@ -1136,7 +1287,7 @@ def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict
         except yaml.YAMLError as e:
             raise UsageError(f"--enqueue {file!r} is not valid YAML ({getattr(e, 'problem', e)})") from None
         config = config_from_lightning_cli(document, settings["targets"], baseline, source=file)
-        seeds.append((params_of(config, settings["space"], baseline, source=file), str(path)))
+        seeds.append((params_of(config, settings["space"], baseline, source=file), {"seeded_from": str(path)}))
     return seeds
 
 
@@ -1168,9 +1319,9 @@ def _env_confirm() -> int:
 
 
 def _search_records(study) -> list:
-    """:func:`records_of` without confirmation runs (their longer budget makes them incomparable)."""
+    """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them incomparable)."""
     every = study.get_trials(deepcopy=False)
-    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs]
+    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs and every[r.number].user_attrs.get("stage") != "system"]
 
 
 def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
@@ -1391,7 +1542,7 @@ def _baseline_pending(study) -> bool:
 
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
-                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, str]] = (),
+                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, dict]] = (),
                 pruner: tuple[str, int] | None = None, stage: str = "search") -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
@@ -1412,8 +1563,9 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         timeout: Stop taking new trials after this many seconds.
         leader: For multi-node trials, this node-0 process's :class:`autotune.nodes.LeaderChannel`
             (trials then start cold, and the other nodes' ranks join each one).
-        seeds: ``(params, source file)`` of known configs (``--enqueue``), queued before sampled
-            trials and counted in ``add``.
+        seeds: ``(params, user attributes)`` of trials to queue before sampled ones, counted in
+            ``add``: known configs (``--enqueue``), a staged search's trials (partial params: the
+            sampler chooses the rest).
         pruner: ``(name, startup trials)`` of :func:`autotune.pruning.make_pruner` for running trials
             (default: ``$AUTOTUNE_PRUNER`` or ``median``, after 5 completed trials).
 
@@ -1439,8 +1591,8 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         """Queue ``n`` trials: the seeded configs first (``--enqueue``), then sampled ones."""
         for i in range(n):
             if seeds:
-                params, source = seeds.pop(0)
-                study.enqueue_trial(params, user_attrs={"seeded_from": source})
+                params, user_attrs = seeds.pop(0)
+                study.enqueue_trial(params, user_attrs=user_attrs)
             else:
                 study.enqueue_trial({})
 

@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("AUTOTUNE_CONFIRM", "0")
 # Likewise pruning (it would make trial states depend on timing); the pruning tests pass --pruner.
 os.environ.setdefault("AUTOTUNE_PRUNER", "none")
+# And the staged search: the tests that count or order trials assume every trial samples every knob
+# at full budget; tests/test_staged.py checks --search staged.
+os.environ.setdefault("AUTOTUNE_SEARCH", "flat")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(__file__).resolve().parent / "models"

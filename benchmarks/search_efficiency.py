@@ -1,0 +1,361 @@
+"""Benchmark: how soon does each search find a config near the best one, at equal wall-clock budget?
+
+For each example (digits, charlm), on this machine, over a reduced space small enough to measure
+exhaustively (4 batch sizes x 2 precisions x 2 accumulations x 2 worker counts x 3 learning rates =
+96 configs):
+
+1. **Ground truth**: every config of the grid trained once by autotune itself (``--sampler grid``,
+   warm trial processes, the study's samples per trial), its samples/s, final loss and wall seconds
+   cached in ``benchmarks/results/search_efficiency_truth.json`` (reused by later runs; delete it
+   to measure again). The optimum is the fastest config whose loss is within the loss tolerance
+   (5%) of the baseline's: the throughput objective.
+2. **Searches**, 5 seeds each, at the same wall-clock budget (a quarter of the grid's total time):
+   ``autotune --search staged``, ``autotune --search flat`` (both with the default TPE sampler)
+   and Optuna's random search over the same space (``--sampler random --search flat``). Each runs
+   the real autotune search code (sampler, OOM frontier, staged plan, constraint, recommendation),
+   but a trial's figures are *replayed* from the ground truth instead of trained again, and its cost
+   is the wall seconds that config took when it was measured, plus the search's own real overhead
+   (sampling, database). A trial the ground truth does not hold (a staged search's short stage-1
+   run) is trained for real once and added to the cache. This is the tabular-benchmark method of
+   HPO research (Ying et al. 2019, NAS-Bench-101; Eggensperger et al. 2021, HPOBench): every
+   search sees identical measurements, so the comparison is of the searches, not of noise.
+   Pruning is off in the replay (a replayed trial has no progress to watch).
+3. **Lightning's Tuner**: ``Tuner.scale_batch_size(mode="power")`` then ``Tuner.lr_find`` (fp32,
+   workers 0, the rest Lightning's defaults), run for real (its seconds are real), then its config
+   trained once by autotune at the study's samples and scored the same way.
+
+Reported per method (median over seeds): the best config found within the budget as % of the
+optimum (0 when nothing feasible beat nothing), and the trials and seconds until a config at >= 95%
+of the optimum had been trained.
+
+Usage::
+
+    python benchmarks/search_efficiency.py              # prints a table, writes benchmarks/results/search_efficiency.json
+    python benchmarks/search_efficiency.py --quick      # digits only, 2 seeds (a smoke run; still measures the grid once)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+#: example -> (model file, samples per trial, the model's own lr)
+EXAMPLES = {
+    "digits": (ROOT / "examples" / "digits" / "model.py", 4096, 1e-3),
+    "charlm": (ROOT / "examples" / "charlm" / "model.py", 2048, 3e-3),
+}
+METHODS = {  # name -> (--search, --sampler)
+    "autotune staged": ("staged", "tpe"),
+    "autotune flat": ("flat", "tpe"),
+    "optuna random": ("flat", "random"),
+}
+
+
+def space_yaml(lr: float) -> str:
+    """The reduced space: 96 configs; the model's own values (batch 32, 32-true, 1, 0, lr) included."""
+    lrs = [round(lr * f, 10) for f in (0.3, 1.0, 3.0)]
+    return (f"batch_size: {{choices: [16, 32, 64, 128]}}\nprecision: {{choices: ['32-true', 'bf16-mixed']}}\n"
+            f"accumulate_grad_batches: {{choices: [1, 2]}}\nnum_workers: {{choices: [0, 1]}}\nlr: {{choices: {lrs}}}\n")
+
+
+def key_of(spec) -> str:
+    """Cache key of a trial: its config and its training samples."""
+    return json.dumps([sorted(spec["config"].items()), int(spec["samples"])])
+
+
+class Replay:
+    """Stands in for :func:`autotune.runner.run_trial_process`: cached outcomes, a virtual clock."""
+
+    def __init__(self, cache: dict, real, save):
+        self.cache, self.real, self.save = cache, real, save
+        self.start = time.monotonic()
+        self.trained = 0.0  # cached wall seconds of the trials replayed so far
+        self.ends: list[tuple[float, str]] = []  # (virtual end time, key) per trial, in order
+        self.measured_now = 0
+
+    def __call__(self, spec, **kwargs):
+        from autotune.runner import TrialOutcome
+
+        key = key_of(spec)
+        if key not in self.cache:  # never measured (a stage-1 run): train it for real, once
+            outcome = self.real(spec, **{**kwargs, "pool": None})
+            self.cache[key] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
+                               "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+            self.save()
+            self.measured_now += 1
+            self.start += outcome.wall_seconds  # the real training is counted once, as cached wall seconds
+        entry = self.cache[key]
+        self.trained += entry["wall_seconds"]
+        now = time.time()
+        self.ends.append((time.monotonic() - self.start + self.trained, key))
+        return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
+                            ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
+                            timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
+
+
+class Record:
+    """Wraps the real :func:`autotune.runner.run_trial_process` and caches what it measured."""
+
+    def __init__(self, cache: dict, real, save):
+        self.cache, self.real, self.save = cache, real, save
+
+    def __call__(self, spec, **kwargs):
+        outcome = self.real(spec, **kwargs)
+        self.cache[key_of(spec)] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
+                                    "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+        self.save()
+        return outcome
+
+
+def _search(folder: Path, model: Path, name: str, samples: int, space: Path, trials: int, seed: int, search: str, sampler: str, cold: bool):
+    from autotune.report import ConsoleUI
+    from autotune.study import SearchOptions, load_study, run_search
+
+    opts = SearchOptions(model_file=str(model), trials=trials, samples=samples, space_file=str(space), storage=f"sqlite:///{folder / name}.db",
+                         study_name=name, seed=seed, search=search, sampler=sampler, confirm=0, pruner="none", cold=cold,
+                         out=str(folder / f"{name}.yaml"))
+    run_search(opts, ConsoleUI(quiet=True))
+    return load_study(name, f"sqlite:///{folder / name}.db")
+
+
+def truth(example: str, cache: dict, save, folder: Path) -> dict:
+    """Measure (or reuse) every grid config; returns config key -> figures, and the optimum."""
+    import autotune.runner as runner
+    from autotune.objective import constraint_value
+
+    model, samples, lr = EXAMPLES[example]
+    space = folder / f"{example}.space.yaml"
+    space.write_text(space_yaml(lr))
+    real = runner.run_trial_process
+    grid_keys = cache.setdefault("grid", {}).setdefault(example, [])
+    if len(grid_keys) < 96:
+        runner.run_trial_process = Record(cache["trials"], real, save)
+        try:
+            study, _ = _search(folder, model, f"{example}-truth", samples, space, 96, 0, "flat", "grid", cold=False)
+        finally:
+            runner.run_trial_process = real
+        cache["grid"][example] = [key_of({"config": t.user_attrs["config"], "samples": samples}) for t in study.trials]
+        cache.setdefault("baseline", {})[example] = cache["grid"][example][0]
+        save()
+    return score_table(example, cache)
+
+
+def _figures(entry: dict) -> tuple[float, float]:
+    """(samples/s, final loss) of a cached outcome, as autotune computes them (NaN when it failed)."""
+    from autotune.measure import merge_ranks
+    from autotune.objective import final_loss
+
+    ranks = [r for r in entry["ranks"] if r.get("ok")]
+    if not entry["ok"] or not ranks:
+        return math.nan, math.nan
+    measured = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
+    loss, _ = final_loss(measured["metrics"], measured["train_loss_final"], "val_loss", False)
+    return measured["samples_per_sec"], loss
+
+
+def score_table(example: str, cache: dict) -> dict:
+    """Score (samples/s if within tolerance of the baseline's loss, else 0) of every grid config."""
+    from autotune.objective import constraint_value
+
+    base_sps, base_loss = _figures(cache["trials"][cache["baseline"][example]])
+    scores = {}
+    for key in cache["grid"][example]:
+        sps, loss = _figures(cache["trials"][key])
+        ok = math.isfinite(sps) and constraint_value(loss, base_loss, 0.05, "min") <= 0
+        scores[key] = sps if ok else 0.0
+    best = max(scores.values())
+    return {"scores": scores, "optimum": best, "baseline_loss": base_loss, "baseline_sps": base_sps,
+            "optimum_config": json.loads(max(scores, key=scores.get))[0],
+            "grid_seconds": sum(cache["trials"][k]["wall_seconds"] for k in cache["grid"][example]),
+            "near_optimal_configs": sum(1 for v in scores.values() if v >= 0.95 * best)}
+
+
+def replay(example: str, method: str, seed: int, trials: int, cache: dict, save, table: dict, folder: Path, budget: float) -> dict:
+    """One search of ``method`` with replayed trials; its trajectory against the ground truth."""
+    import autotune.runner as runner
+
+    model, samples, lr = EXAMPLES[example]
+    search, sampler = METHODS[method]
+    real = runner.run_trial_process
+    fake = Replay(cache["trials"], real, save)
+    runner.run_trial_process = fake
+    try:
+        study, _ = _search(folder, model, f"{example}-{method.replace(' ', '-')}-{seed}", samples, folder / f"{example}.space.yaml",
+                           trials, seed, search, sampler, cold=True)
+    finally:
+        runner.run_trial_process = real
+    optimum = table["optimum"]
+    ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
+    best, reached_trials, reached_seconds = 0.0, None, None
+    for i, (t, (end, key)) in enumerate(zip(ran, fake.ends), start=1):
+        if end > budget:
+            break
+        if t.user_attrs.get("stage") == "system" or not t.user_attrs.get("feasible") or t.state.name != "COMPLETE":
+            continue  # a short run is never recommended; an infeasible one neither
+        best = max(best, t.user_attrs["samples_per_sec"])
+        if reached_trials is None and best >= 0.95 * optimum:
+            reached_trials, reached_seconds = i, end
+    return {"method": method, "seed": seed, "best_percent": 100.0 * best / optimum, "trials_to_95": reached_trials,
+            "seconds_to_95": reached_seconds, "trials_run": len(ran), "seconds_run": fake.ends[-1][0] if fake.ends else 0.0,
+            "measured_now": fake.measured_now}
+
+
+TUNER_CHILD = r'''
+import json, sys, time
+import lightning as L
+from lightning.pytorch.tuner import Tuner
+from autotune.target import _load
+spec = json.loads(sys.argv[1])
+L.seed_everything(spec["seed"], verbose=False)
+model_cls, data_cls = _load(spec)
+model, data = model_cls(), data_cls()
+start = time.monotonic()
+trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, default_root_dir=spec["root"])
+tuner = Tuner(trainer)
+batch = tuner.scale_batch_size(model, datamodule=data, mode="power")
+finder = tuner.lr_find(model, datamodule=data)
+print(json.dumps({"batch_size": int(batch), "lr": float(finder.suggestion()), "seconds": time.monotonic() - start}))
+'''
+
+
+def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, folder: Path, settings: dict) -> dict:
+    """Lightning's Tuner, for real; its config trained once by autotune and scored like the grid."""
+    from autotune.runner import run_trial_process
+
+    spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
+            "seed": seed, "root": str(folder / "tuner")}
+    proc = subprocess.run([sys.executable, "-c", TUNER_CHILD, json.dumps(spec)], capture_output=True, text=True, cwd=folder)
+    if proc.returncode != 0:
+        raise SystemExit(f"Lightning's Tuner failed on {example}:\n{proc.stderr[-3000:]}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    config = {**settings["baseline_config"], "batch_size": found["batch_size"],
+              "lr": found["lr"], "precision": "32-true", "num_workers": 0, "accumulate_grad_batches": 1}
+    trial_spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
+                  "config_file": settings["config_file"], "user_config": settings.get("user_config"), "targets": settings["targets"],
+                  "config": config, "samples": settings["samples"], "seed": settings["seed"]}
+    key = key_of(trial_spec)
+    if key not in cache["trials"]:
+        outcome = run_trial_process(trial_spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
+        cache["trials"][key] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
+                                "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+        save()
+    from autotune.objective import constraint_value
+
+    sps, loss = _figures(cache["trials"][key])
+    feasible = math.isfinite(sps) and constraint_value(loss, table["baseline_loss"], 0.05, "min") <= 0
+    score = sps if feasible else 0.0
+    seconds = found["seconds"] + cache["trials"][key]["wall_seconds"]
+    return {"method": "lightning tuner", "seed": seed, "best_percent": 100.0 * score / table["optimum"],
+            "trials_to_95": 1 if score >= 0.95 * table["optimum"] else None,
+            "seconds_to_95": seconds if score >= 0.95 * table["optimum"] else None, "trials_run": 1, "seconds_run": seconds,
+            "tuner_batch_size": found["batch_size"], "tuner_lr": found["lr"], "tuner_seconds": found["seconds"],
+            "samples_per_sec": sps, "loss": loss, "feasible": feasible}
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=list(EXAMPLES))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=40, help="trials each search may run (the budget usually ends it first)")
+    parser.add_argument("--budget", type=float, default=0.25, help="wall-clock budget, a fraction of the grid's total seconds")
+    parser.add_argument("--tuner-seeds", type=int, default=None, help="Lightning Tuner runs per example (default: --seeds)")
+    parser.add_argument("--quick", action="store_true", help="digits only, 2 seeds")
+    parser.add_argument("--out", default=str(RESULTS / "search_efficiency.json"))
+    parser.add_argument("--cache", default=str(RESULTS / "search_efficiency_truth.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.examples, args.seeds = ["digits"], 2
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    cache_path = Path(args.cache)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    cache.setdefault("trials", {})
+
+    def save() -> None:
+        cache_path.write_text(json.dumps(cache))
+
+    results: dict = {"machine": platform.platform(), "python": sys.version.split()[0], "seeds": args.seeds, "budget_fraction": args.budget,
+                     "examples": {}}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="autotune-search-efficiency-") as tmp:
+        folder = Path(tmp)
+        for example in args.examples:
+            table = truth(example, cache, save, folder)
+            budget = args.budget * table["grid_seconds"]
+            print(f"{example}: optimum {table['optimum']:.0f} samples/s {table['optimum_config']}, "
+                  f"{table['near_optimal_configs']} of 96 configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s", flush=True)
+            runs = []
+            for method in METHODS:
+                for seed in range(args.seeds):
+                    run = replay(example, method, seed, args.trials, cache, save, table, folder, budget)
+                    runs.append(run)
+                    print(f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; 95% after {run['trials_to_95']} trials, "
+                          f"{run['seconds_to_95'] and round(run['seconds_to_95'])} s", flush=True)
+            from autotune.study import load_study
+
+            _, settings = load_study(f"{example}-truth", f"sqlite:///{folder / example}-truth.db") if (folder / f"{example}-truth.db").exists() \
+                else (None, _settings_for(example, folder))
+            for seed in range(args.tuner_seeds if args.tuner_seeds is not None else args.seeds):
+                run = lightning_tuner(example, seed, cache, save, table, folder, settings)
+                runs.append(run)
+                print(f"  lightning tuner seed {seed}: batch {run['tuner_batch_size']}, lr {run['tuner_lr']:.3g} "
+                      f"({run['tuner_seconds']:.0f} s): {run['best_percent']:.1f}% of optimum", flush=True)
+            summary = {}
+            for method in [*METHODS, "lightning tuner"]:
+                mine = [r for r in runs if r["method"] == method]
+                reached = [r for r in mine if r["seconds_to_95"] is not None]
+                summary[method] = {
+                    "best_percent": _median([r["best_percent"] for r in mine]),
+                    "trials_to_95": _median([r["trials_to_95"] for r in mine]) if len(reached) * 2 > len(mine) else None,
+                    "seconds_to_95": _median([r["seconds_to_95"] for r in mine]) if len(reached) * 2 > len(mine) else None,
+                    "reached_95": f"{len(reached)}/{len(mine)}",
+                }
+                rows.append((example, method, summary[method]))
+            results["examples"][example] = {"optimum_samples_per_sec": table["optimum"], "optimum_config": table["optimum_config"],
+                                            "near_optimal_configs": table["near_optimal_configs"], "grid_seconds": table["grid_seconds"],
+                                            "budget_seconds": budget, "baseline_samples_per_sec": table["baseline_sps"],
+                                            "summary": summary, "runs": runs}
+    print()
+    print(f"{'example':8} {'method':16} {'best % of optimum':>18} {'reached 95%':>12} {'trials to 95%':>14} {'seconds to 95%':>15}")
+    for example, method, s in rows:
+        trials = "-" if s["trials_to_95"] is None else f"{s['trials_to_95']:g}"
+        seconds = "-" if s["seconds_to_95"] is None else f"{s['seconds_to_95']:.0f}"
+        print(f"{example:8} {method:16} {s['best_percent']:18.1f} {s['reached_95']:>12} {trials:>14} {seconds:>15}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+def _settings_for(example: str, folder: Path) -> dict:
+    """The settings a study of ``example`` would store (its ground truth study came from the cache)."""
+    from autotune.report import ConsoleUI
+    from autotune.study import SearchOptions, _create_settings
+
+    model, samples, lr = EXAMPLES[example]
+    opts = SearchOptions(model_file=str(model), samples=samples, space_file=str(folder / f"{example}.space.yaml"), study_name=example)
+    return _create_settings(opts, model, example, ConsoleUI(quiet=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""--search staged: short system-knob runs, then full-budget lr/accumulation runs of the fastest."""
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+from autotune.config import TrialConfig
+from autotune.errors import UsageError
+from autotune.study import SearchOptions, check_search_options, load_study, staged_plan, system_budget, top_system_configs
+from conftest import MODELS
+
+
+def test_the_plan_runs_the_baseline_and_enqueued_configs_first_and_splits_the_rest():
+    assert staged_plan(20, baseline_needed=True, seeds=0, system_knobs=True) == (11, 8)  # 19 left: 60% short
+    assert staged_plan(10, baseline_needed=False, seeds=2, system_knobs=True) == (5, 3)
+    assert staged_plan(10, baseline_needed=True, seeds=0, system_knobs=False) == (0, 9)  # nothing for stage 1 to search
+    assert staged_plan(1, baseline_needed=True, seeds=0, system_knobs=True) == (0, 0)
+
+
+def test_a_short_run_trains_a_quarter_of_the_budget_but_at_least_32_steps():
+    assert system_budget(TrialConfig(batch_size=16), 8192) == 2048
+    assert system_budget(TrialConfig(batch_size=128), 8192) == 4096  # 32 steps of 128
+    assert system_budget(TrialConfig(batch_size=64, accumulate_grad_batches=8), 8192) == 8192  # never above the budget
+
+
+def _trial(params, sps, state=optuna.trial.TrialState.COMPLETE, **attrs):
+    dists = {k: CategoricalDistribution([v]) for k, v in params.items()}
+    return optuna.trial.create_trial(params=params, distributions=dists, state=state, values=[sps] if state.name == "COMPLETE" else None,
+                                     user_attrs={"samples_per_sec": sps, **attrs})
+
+
+def test_top_system_configs_ignore_lr_accumulation_failures_and_confirmation_runs():
+    trials = [
+        _trial({"batch_size": 16, "precision": "32-true", "lr": 1e-3}, 100.0),
+        _trial({"batch_size": 16, "precision": "32-true", "lr": 2e-3}, 120.0),  # the same system config, faster
+        _trial({"batch_size": 64, "precision": "32-true", "accumulate_grad_batches": 2}, 300.0),
+        _trial({"batch_size": 32, "precision": "bf16-mixed"}, 500.0, state=optuna.trial.TrialState.FAIL),
+        _trial({"batch_size": 128, "precision": "32-true"}, 900.0, confirm_of=2),
+        _trial({"batch_size": 32, "precision": "32-true"}, 200.0),
+    ]
+    assert top_system_configs(trials, 2) == [{"batch_size": 64, "precision": "32-true"}, {"batch_size": 32, "precision": "32-true"}]
+    assert top_system_configs(trials, 5)[-1] == {"batch_size": 16, "precision": "32-true"}
+    assert len(top_system_configs(trials, 5)) == 3
+
+
+def test_bad_search_values_are_one_line_errors(monkeypatch):
+    with pytest.raises(UsageError, match=r"unknown --search 'greedy'; choose one of \['staged', 'flat'\]"):
+        check_search_options(SearchOptions(model_file="m.py", search="greedy"))
+    with pytest.raises(UsageError, match="--search staged with --sampler grid"):
+        check_search_options(SearchOptions(model_file="m.py", search="staged", sampler="grid"))
+    with pytest.raises(UsageError, match="--search staged ranks stage 1 by samples/s.*use --search flat"):
+        check_search_options(SearchOptions(model_file="m.py", search="staged", objective="time-to-quality"))
+    monkeypatch.setenv("AUTOTUNE_SEARCH", "fast")
+    with pytest.raises(UsageError, match=r"\$AUTOTUNE_SEARCH='fast' must be one of"):
+        check_search_options(SearchOptions(model_file="m.py"))
+
+
+def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_full_budget(tmp_path, cli):
+    db = tmp_path / "s.db"
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: {choices: [16, 32, 64, 128]}\nnum_workers: {choices: [0, 1]}\n"
+                     "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
+    r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 9, "--samples", 2048, "--space", space,
+            "--storage", f"sqlite:///{db}", check_rc=0)
+    assert "staged search: 5 short system-knob run(s)" in r.stdout
+    study, settings = load_study("tiny", f"sqlite:///{db}")
+    trials = study.trials
+    base = trials[0]
+    assert base.user_attrs["baseline"] and "stage" not in base.user_attrs
+    short = [t for t in trials if t.user_attrs.get("stage") == "system"]
+    full = [t for t in trials if t.user_attrs.get("stage") == "full"]
+    assert len(short) == 5 and len(full) == 3 and [t.number for t in short] == [1, 2, 3, 4, 5]
+    for t in short:  # lr and accumulation at the baseline's; a shorter budget; convergence not judged
+        assert t.params["accumulate_grad_batches"] == 1 and t.params["lr"] == base.params["lr"]
+        assert t.user_attrs["trial_samples"] == min(2048, max(512, 32 * t.params["batch_size"]))
+        assert t.user_attrs["feasible"] is None and t.state.name == "COMPLETE"
+    fastest = top_system_configs(trials[:6], 3)
+    systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full]
+    # each of the fastest first at the baseline's lr and accumulation (unless that is the baseline itself)
+    assert all(s in fastest for s in systems)
+    for t in full:
+        assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
+    from autotune.study import recommendation
+
+    recommended, _ = recommendation(study, settings)
+    assert recommended is not None and recommended.user_attrs.get("stage") != "system"
+    shown = cli("show", db, check_rc=0).stdout
+    assert "short (512 samples)" in shown or "short (1024 samples)" in shown or "short (2048 samples)" in shown
+    # a resumed flat run samples every knob at full budget
+    cli("search", MODELS / "tiny.py", "--search", "flat", "--trials", 1, "--samples", 2048, "--space", space,
+        "--storage", f"sqlite:///{db}", check_rc=0)
+    assert "stage" not in load_study("tiny", f"sqlite:///{db}")[0].trials[-1].user_attrs
+
+
+def test_staged_with_a_time_to_quality_study_is_refused_before_any_trial(tmp_path, cli):
+    db = tmp_path / "t.db"
+    r = cli("search", MODELS / "tiny.py", "--search", "staged", "--objective", "time-to-quality", "--trials", 2,
+            "--storage", f"sqlite:///{db}", check_rc=2)
+    assert "use --search flat" in r.stderr and len(r.stderr.strip().splitlines()) == 1
