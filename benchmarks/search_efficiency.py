@@ -132,7 +132,6 @@ def _search(folder: Path, model: Path, name: str, samples: int, space: Path, tri
 def truth(example: str, cache: dict, save, folder: Path) -> dict:
     """Measure (or reuse) every grid config; returns config key -> figures, and the optimum."""
     import autotune.runner as runner
-    from autotune.objective import constraint_value
 
     model, samples, lr = EXAMPLES[example]
     space = folder / f"{example}.space.yaml"
