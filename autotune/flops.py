@@ -24,6 +24,9 @@ from typing import Any
 
 __all__ = ["precision_dtype", "peak_flops", "measure_matmul_flops", "mfu"]
 
+#: Seconds one multiplication of the peak measurement should take at least (see :func:`measure_matmul_flops`).
+MATMUL_SECONDS = 0.05
+
 _DTYPES = {"64": "float64", "32": "float32", "bf16": "bfloat16", "16": "float16"}
 
 
@@ -73,20 +76,38 @@ def _device_key(device: Any, dtype: str) -> str:
 def measure_matmul_flops(device: Any, dtype: str, size: int | None = None, repeats: int = 3) -> float:
     """Peak FLOP/s of ``device`` in ``dtype``, measured by a square matrix multiplication.
 
-    ``2 * n**3`` FLOPs per multiplication (``n = size``: 2048 on a CPU, 8192 on a GPU), timed after
-    one warm-up run, best of ``repeats`` (the device synchronised around each).
+    ``2 * n**3`` FLOPs per multiplication, timed after one warm-up run, best of ``repeats`` (the
+    device synchronised around each). ``n = size``; by default it doubles from 256 while one
+    multiplication takes under :data:`MATMUL_SECONDS`, up to 2048 on a CPU and 8192 on a GPU (a
+    dtype without fast kernels, bf16 on most CPUs, would otherwise take minutes).
     """
     import torch
 
-    n = size or (8192 if device.type == "cuda" else 2048)
     torch_dtype = getattr(torch, dtype)
-    a = torch.randn(n, n, device=device).to(torch_dtype)
-    b = torch.randn(n, n, device=device).to(torch_dtype)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def operands(n: int):
+        return torch.randn(n, n, device=device).to(torch_dtype), torch.randn(n, n, device=device).to(torch_dtype)
+
+    n = size or (8192 if device.type == "cuda" else 2048)
+    if size is None:
+        # a dtype the device has no fast kernel for (bf16 on most CPUs) multiplies 100x slower: grow the
+        # size from 256 while one multiplication takes under 50 ms, so the measurement stays short
+        n = 256
+        while n < (8192 if device.type == "cuda" else 2048):
+            a, b = operands(n)
+            torch.matmul(a, b)
+            sync()
+            start = time.perf_counter()
+            torch.matmul(a, b)
+            sync()
+            if time.perf_counter() - start > MATMUL_SECONDS:
+                break
+            n *= 2
+    a, b = operands(n)
     torch.matmul(a, b)
     sync()
     best = float("inf")
