@@ -7,12 +7,13 @@ also the argument it sets (``Trainer(precision=...)``, ``DataLoader(num_workers=
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from autotune.errors import UsageError
 
-__all__ = ["TrialConfig", "PRECISIONS", "TRAINER_KNOBS", "LOADER_KNOBS", "MODULE_KNOBS"]
+__all__ = ["TrialConfig", "PRECISIONS", "TRAINER_KNOBS", "LOADER_KNOBS", "MODULE_KNOBS", "EXTENDED_FIELDS", "STRATEGIES",
+           "COMPILE_MODES", "MATMUL_PRECISIONS"]
 
 #: Lightning's canonical precision strings (``Trainer(precision=...)``).
 PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -23,6 +24,15 @@ TRAINER_KNOBS = ("precision", "accumulate_grad_batches")
 LOADER_KNOBS = ("batch_size", "num_workers")
 #: Knobs set on the user's LightningModule.
 MODULE_KNOBS = ("lr",)
+#: Lightning strategies a space may search (``strategy``); they apply when ``devices > 1``.
+STRATEGIES = ("ddp", "fsdp")
+#: ``torch.compile`` modes (the ``compile`` knob: ``False``, or one of these).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: Values of ``torch.set_float32_matmul_precision``.
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+#: Fields of the extended space (``search_spaces/extended.yaml``); ``None`` (the default) leaves the
+#: user's code as it is, and such a field is left out of :meth:`TrialConfig.to_dict`.
+EXTENDED_FIELDS = ("pin_memory", "prefetch_factor", "compile", "channels_last", "float32_matmul_precision", "model_args", "data_args")
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,15 @@ class TrialConfig:
         devices: Devices per node, >= 1.
         strategy: Lightning strategy name: ``"auto"`` for one device, ``"ddp"`` for several.
         num_nodes: Nodes, >= 1.
+        pin_memory: The DataLoaders' ``pin_memory`` (page-locked host memory for copies to a GPU).
+        prefetch_factor: The DataLoaders' ``prefetch_factor`` (batches loaded ahead per worker, >= 1;
+            applies only with ``num_workers > 0``).
+        compile: ``False`` or a ``torch.compile`` mode (:data:`COMPILE_MODES`): the LightningModule
+            is compiled before ``fit``.
+        channels_last: Module and 4-D input batches in ``torch.channels_last`` memory format (conv nets).
+        float32_matmul_precision: ``torch.set_float32_matmul_precision`` (:data:`MATMUL_PRECISIONS`).
+        model_args: Searched constructor arguments of the user's LightningModule (name to value).
+        data_args: Searched constructor arguments of the user's LightningDataModule.
     """
 
     batch_size: int
@@ -51,6 +70,13 @@ class TrialConfig:
     devices: int = 1
     strategy: str = "auto"
     num_nodes: int = 1
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    compile: bool | str | None = None
+    channels_last: bool | None = None
+    float32_matmul_precision: str | None = None
+    model_args: dict | None = field(default=None, compare=True)
+    data_args: dict | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -63,6 +89,21 @@ class TrialConfig:
             raise UsageError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
         if self.lr is not None and not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise UsageError(f"lr must be a number > 0, got {self.lr!r}")
+        for name in ("pin_memory", "channels_last"):
+            if getattr(self, name) not in (None, True, False):
+                raise UsageError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.prefetch_factor is not None and (isinstance(self.prefetch_factor, bool) or not isinstance(self.prefetch_factor, int)
+                                                 or self.prefetch_factor < 1):
+            raise UsageError(f"prefetch_factor must be an integer >= 1, got {self.prefetch_factor!r}")
+        if self.compile not in (None, False, True, *COMPILE_MODES):
+            raise UsageError(f"compile must be false or a torch.compile mode {list(COMPILE_MODES)}, got {self.compile!r}")
+        if self.float32_matmul_precision not in (None, *MATMUL_PRECISIONS):
+            raise UsageError(f"float32_matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {self.float32_matmul_precision!r}")
+        if self.strategy not in ("auto", *STRATEGIES):
+            raise UsageError(f"strategy must be 'auto' or one of {list(STRATEGIES)}, got {self.strategy!r}")
+        for name in ("model_args", "data_args"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), Mapping):
+                raise UsageError(f"{name} must be a mapping of constructor argument names to values, got {getattr(self, name)!r}")
 
     @property
     def world_size(self) -> int:
@@ -74,9 +115,20 @@ class TrialConfig:
         """Samples per optimizer step: ``batch_size * accumulate_grad_batches * devices * num_nodes``."""
         return self.batch_size * self.accumulate_grad_batches * self.world_size
 
+    @property
+    def compile_mode(self) -> str | None:
+        """The ``torch.compile`` mode, or ``None`` when the module is not compiled."""
+        if self.compile in (None, False):
+            return None
+        return "default" if self.compile is True else str(self.compile)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain ``dict`` of the fields, for JSON and Optuna user attributes."""
-        return dataclasses.asdict(self)
+        """Plain ``dict`` of the fields, for JSON and Optuna user attributes (extended fields only when set)."""
+        out = dataclasses.asdict(self)
+        for name in EXTENDED_FIELDS:
+            if out[name] is None or (name.endswith("_args") and not out[name]):
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":

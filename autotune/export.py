@@ -25,6 +25,7 @@ def lightning_cli_config(
     targets: Mapping[str, Mapping[str, str]],
     user_config: Mapping[str, Mapping[str, Any]] | None = None,
     has_datamodule: bool = True,
+    model_info: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The LightningCLI config of a trial.
 
@@ -33,6 +34,12 @@ def lightning_cli_config(
         targets: Knob name to ``{"owner": "model"|"data", "how": "init"|"attr"|"hparams", "name"}``.
         user_config: The user's ``--config`` sections (``trainer``, ``model``, ``data``), kept as base.
         has_datamodule: Whether the model file has a DataModule (else there is no ``data:`` section).
+        model_info: Inspection facts (constructor signatures): ``pin_memory``/``prefetch_factor``
+            go under ``data:`` (or ``model:``) when the class takes them as arguments.
+
+    Searched constructor arguments (``model_args``, ``data_args``) go under ``model:``/``data:``.
+    ``torch.compile``, ``channels_last``, ``float32_matmul_precision``, and ``pin_memory`` or
+    ``prefetch_factor`` without a constructor argument, are notes: LightningCLI has no key for them.
 
     Returns:
         ``(document, notes)``: the mapping to dump, and one line per value LightningCLI cannot set.
@@ -65,6 +72,29 @@ def lightning_cli_config(
             owner = "LightningModule" if section == "model" else "LightningDataModule"
             where = f"hparams[{target['name']!r}]" if target["how"] == "hparams" else target["name"]
             notes.append(f"{knob}: {value!r}  # set {owner}.{where} in your code (it is not a constructor argument)")
+    for section, args in (("model", config.model_args), ("data", config.data_args)):
+        for name, value in (args or {}).items():
+            doc.setdefault(section, {})[name] = value
+    signature = (model_info or {}).get("signature") or {}
+    loader_owner = "data" if has_datamodule else "model"
+    for knob in ("pin_memory", "prefetch_factor"):
+        value = getattr(config, knob)
+        if value is None:
+            continue
+        if knob in (signature.get(loader_owner) or {}):
+            doc.setdefault(loader_owner, {})[knob] = value
+        else:
+            notes.append(f"{knob}: {value!r}  # pass {knob}={value!r} to the DataLoader(...) your train_dataloader()/val_dataloader() return")
+    if config.compile_mode:
+        mode = "" if config.compile_mode == "default" else f", mode={config.compile_mode!r}"
+        notes.append(f"compile: {config.compile_mode}  # model = torch.compile(model{mode}) before trainer.fit(model) "
+                     "(with LightningCLI(run=False): cli.model)")
+    if config.channels_last:
+        notes.append("channels_last: true  # model.to(memory_format=torch.channels_last), and convert 4-D inputs with "
+                     "x.contiguous(memory_format=torch.channels_last) in on_after_batch_transfer")
+    if config.float32_matmul_precision:
+        notes.append(f"float32_matmul_precision: {config.float32_matmul_precision}  # "
+                     f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training")
     if not doc["model"]:
         del doc["model"]
     if has_datamodule and not doc.get("data"):
@@ -91,6 +121,7 @@ def config_from_lightning_cli(
     targets: Mapping[str, Mapping[str, str]],
     baseline: TrialConfig,
     source: str = "<config>",
+    searched: Any = (),
 ) -> TrialConfig:
     """The config a LightningCLI YAML (such as an export) describes: the inverse of :func:`lightning_cli_config`.
 
@@ -107,18 +138,32 @@ def config_from_lightning_cli(
         raise UsageError(f"{source}: not a LightningCLI config (a mapping with trainer:/model:/data: sections)")
     trainer = document.get("trainer") or {}
     changes: dict[str, Any] = {}
-    for key in ("precision", "accumulate_grad_batches"):
+    for key in ("precision", "accumulate_grad_batches", "devices", "strategy"):
         if trainer.get(key) is not None:
-            changes[key] = str(trainer[key]) if key == "precision" else trainer[key]
+            changes[key] = str(trainer[key]) if key in ("precision", "strategy") else trainer[key]
+    from autotune.space import user_arg
+
+    for name in searched:  # searched constructor arguments (model.<arg>, data.<arg>)
+        arg = user_arg(name)
+        if arg is None:
+            continue
+        section = document.get(arg[0]) or {}
+        args = section.get("init_args", section) if isinstance(section, Mapping) else {}
+        if arg[1] in args:
+            key = f"{arg[0]}_args"
+            changes[key] = {**(changes.get(key) or getattr(baseline, key) or {}), arg[1]: args[arg[1]]}
     for knob, target in targets.items():
         section = document.get("model" if target["owner"] == "model" else "data") or {}
         args = section.get("init_args", section) if isinstance(section, Mapping) else {}
         if target["how"] == "init" and target["name"] in args:
             changes[knob] = args[target["name"]]
-    for key, kind in (("batch_size", int), ("accumulate_grad_batches", int), ("num_workers", int), ("lr", float)):
+    for key, kind in (("batch_size", int), ("accumulate_grad_batches", int), ("num_workers", int), ("lr", float), ("devices", int)):
         if key in changes:
             value = changes[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
                 raise UsageError(f"{source}: {key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
             changes[key] = kind(value)
-    return baseline.replace(**changes)
+    try:
+        return baseline.replace(**changes)
+    except UsageError as e:
+        raise UsageError(f"{source}: {e}") from None

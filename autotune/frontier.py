@@ -11,6 +11,10 @@ So:
 - a trial that completed at batch ``b`` shows that every batch ``<= b`` fits at that precision or a
   narrower one (the frontier reports it; nothing is skipped for it).
 
+"The same settings" also means the same memory-relevant knobs of the extended space: ``compile``,
+``channels_last`` and the searched constructor arguments (``model_args``, ``data_args``: a wider
+layer needs more memory per sample); see :func:`memory_setting`.
+
 The events are the study's own trials (a failed trial's ``fail_kind`` is ``oom``), so resumed studies
 and every worker sharing the storage see the same frontier.
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["WIDTH", "MemoryEvent", "event_of", "predicted_oom", "frontier_summary"]
+__all__ = ["WIDTH", "MemoryEvent", "event_of", "predicted_oom", "frontier_summary", "memory_setting"]
 
 WIDTH = {"64-true": 8, "32-true": 4, "16-mixed": 3, "bf16-mixed": 3, "16-true": 2, "bf16-true": 2}
 
@@ -39,6 +43,19 @@ class MemoryEvent:
     strategy: str
     oom: bool
     trial: int = -1
+    setting: str = ""
+
+
+#: Config fields besides devices, strategy and precision that change the memory a step needs.
+MEMORY_FIELDS = ("compile", "channels_last", "model_args", "data_args")
+
+
+def memory_setting(config: Mapping[str, Any]) -> str:
+    """A key of the memory-relevant extended knobs of a config (``""`` when none is set)."""
+    import json
+
+    extra = {k: config[k] for k in MEMORY_FIELDS if config.get(k) not in (None, False, {})}
+    return json.dumps(extra, sort_keys=True) if extra else ""
 
 
 def event_of(number: int, state: str, attrs: Mapping[str, Any]) -> MemoryEvent | None:
@@ -51,12 +68,13 @@ def event_of(number: int, state: str, attrs: Mapping[str, Any]) -> MemoryEvent |
     if not oom and state != "COMPLETE":
         return None
     devices = int(config.get("devices", 1)) * int(config.get("num_nodes", 1))
-    return MemoryEvent(int(config["batch_size"]), str(config["precision"]), devices, str(config.get("strategy", "auto")), oom, number)
+    return MemoryEvent(int(config["batch_size"]), str(config["precision"]), devices, str(config.get("strategy", "auto")), oom, number,
+                       memory_setting(config))
 
 
 def _same_setting(event: MemoryEvent, config: Mapping[str, Any]) -> bool:
     devices = int(config.get("devices", 1)) * int(config.get("num_nodes", 1))
-    return event.devices == devices and event.strategy == str(config.get("strategy", "auto"))
+    return event.devices == devices and event.strategy == str(config.get("strategy", "auto")) and event.setting == memory_setting(config)
 
 
 def predicted_oom(config: Mapping[str, Any], events: Iterable[MemoryEvent]) -> str | None:
@@ -78,15 +96,17 @@ def predicted_oom(config: Mapping[str, Any], events: Iterable[MemoryEvent]) -> s
 
 
 def frontier_summary(events: Iterable[MemoryEvent]) -> list[dict[str, Any]]:
-    """Per (devices, strategy, precision): the largest batch that fit and the smallest that ran out of memory.
+    """Per (devices, strategy, precision, memory setting): the largest batch that fit and the smallest that ran out of memory.
 
     Returns:
-        Rows ``{"devices", "strategy", "precision", "fits_up_to", "oom_from"}`` (None when unknown).
+        Rows ``{"devices", "strategy", "precision", "fits_up_to", "oom_from"}`` (None when unknown),
+        and ``"setting"`` (:func:`memory_setting`) when the extended knobs set one.
     """
     rows: dict[tuple, dict[str, Any]] = {}
     for e in events:
-        row = rows.setdefault((e.devices, e.strategy, e.precision),
-                              {"devices": e.devices, "strategy": e.strategy, "precision": e.precision, "fits_up_to": None, "oom_from": None})
+        row = rows.setdefault((e.devices, e.strategy, e.precision, e.setting),
+                              {"devices": e.devices, "strategy": e.strategy, "precision": e.precision, "fits_up_to": None, "oom_from": None,
+                               **({"setting": e.setting} if e.setting else {})})
         if e.oom:
             row["oom_from"] = e.batch_size if row["oom_from"] is None else min(row["oom_from"], e.batch_size)
         else:

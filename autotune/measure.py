@@ -356,6 +356,25 @@ def measure_callback_class(pl: Any = None) -> type:
     return _CALLBACK_CLASSES[pl.__name__]
 
 
+def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
+    """What a rank really trains with, read from the objects (for the extended space's knobs):
+    the train DataLoader's ``pin_memory``/``prefetch_factor``, the float32 matmul precision, whether
+    the module is compiled (Lightning's ``_compiler_ctx``) and in channels-last format (its first 4-D
+    parameter), and its parameter count (changed by searched constructor arguments)."""
+    import torch
+
+    # a 4-D weight whose channels-last and contiguous layouts differ (1 input channel or a 1x1 kernel are both)
+    weights = [p for p in module.parameters() if p.dim() == 4 and p.size(1) > 1 and p.size(2) * p.size(3) > 1]
+    return {
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "compiled": getattr(module, "_compiler_ctx", None) is not None,
+        "channels_last": bool(weights) and weights[0].is_contiguous(memory_format=torch.channels_last) and not weights[0].is_contiguous(),
+        "parameters": sum(p.numel() for p in module.parameters()),
+    }
+
+
 def _make_callback_class(pl: Any) -> type:
     import torch
 
@@ -446,6 +465,7 @@ def _make_callback_class(pl: Any) -> type:
                 raise TrialFault("num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {self.num_workers}")
             if trainer.optimizers:
                 self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
+            self.static["applied"] = applied_knobs(loader, pl_module)
             self._start_noise(trainer)
             self._sync()
             self._last_end = time.perf_counter()

@@ -22,6 +22,7 @@ _COLUMNS = (
     ("loss", "loss"),
     ("to_target", "to target"),
     ("feasible", "feasible"),
+    ("other", "other knobs"),
     ("note", "note"),
 )
 
@@ -70,12 +71,29 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "feasible": attrs.get("feasible"),
                 "fail_kind": attrs.get("fail_kind"),
                 "fail_reason": attrs.get("fail_reason"),
+                "other": other_knobs(config),
+                "applied": attrs.get("applied"),
+                "stage": attrs.get("stage"),
                 "note": note,
             }
         )
         if full:
             rows[-1] = {**rows[-1], "params": dict(t.params), "user_attrs": dict(attrs)}
     return rows
+
+
+def other_knobs(config: Mapping[str, Any]) -> str | None:
+    """The extended space's knobs a config sets, compactly: ``"2 dev ddp, compile=default, model.hidden=16"``."""
+    parts = []
+    if int(config.get("devices", 1)) > 1 or config.get("strategy") not in (None, "auto"):
+        parts.append(f"{config.get('devices', 1)} dev {config.get('strategy', 'auto')}")
+    for key in ("pin_memory", "prefetch_factor", "compile", "channels_last", "float32_matmul_precision"):
+        if config.get(key) is not None and not (key in ("compile", "channels_last") and config[key] is False):
+            parts.append(f"{key}={config[key]}")
+    for section in ("model", "data"):
+        for name, value in (config.get(f"{section}_args") or {}).items():
+            parts.append(f"{section}.{name}={value}")
+    return ", ".join(parts) or None
 
 
 def _to_target(attrs: Mapping[str, Any]) -> str | None:
@@ -129,11 +147,13 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
-    for key, label in _COLUMNS:
-        table.add_column(label, justify="right" if key not in ("state", "precision", "note") else "left", overflow="fold")
+    # the extended space's knobs get a column only when some trial sets one
+    columns = [c for c in _COLUMNS if c[0] != "other" or any(row.get("other") for row in rows)]
+    for key, label in columns:
+        table.add_column(label, justify="right" if key not in ("state", "precision", "note", "other") else "left", overflow="fold")
     for row in rows:
         style = "bold green" if "recommended" in (row.get("note") or "") else ("dim" if row["state"] != "COMPLETE" else None)
-        table.add_row(*(_fmt(k, row.get(k)) for k, _ in _COLUMNS), style=style)
+        table.add_row(*(_fmt(k, row.get(k)) for k, _ in columns), style=style)
     (console or _console()).print(table)
     return None
 
@@ -191,6 +211,7 @@ class ConsoleUI:
         self.info(
             f"trial {number}{label}: batch_size={config.batch_size} precision={config.precision} "
             f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}"
+            + (f" ({other})" if (other := other_knobs(config.to_dict())) else "")
         )
 
     def trial_progress(self, number: int, path: str) -> None:

@@ -31,14 +31,14 @@ def grid_space(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, list]:
     Raises:
         UsageError: A knob is a continuous (float) range.
     """
-    from autotune.space import KNOB_TYPES, param_name
+    from autotune.space import knob_type, param_name
 
     grid: dict[str, list] = {}
     for name, entry in resolved.items():
         key = param_name(name, entry)
         if "choices" in entry:
             grid[key] = list(entry["choices"])
-        elif KNOB_TYPES[name] is int and "scaling" not in entry:
+        elif knob_type(name, entry) is int and "scaling" not in entry:
             grid[key] = list(range(int(entry["low"]), int(entry["high"]) + 1, int(entry.get("step") or 1)))
         else:
             raise UsageError(f"--sampler grid: knob {name!r} is a continuous range ({entry['low']}..{entry['high']}); "

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune.config import PRECISIONS, TrialConfig
+from autotune.config import COMPILE_MODES, MATMUL_PRECISIONS, PRECISIONS, STRATEGIES, TrialConfig
 from autotune.errors import SpaceError
 from autotune.hardware import Hardware, cores_per_device, unsupported_precisions
 
@@ -58,6 +58,12 @@ __all__ = [
     "Space",
     "LR_SCALINGS",
     "scaled_lr",
+    "EXTENDED_KNOBS",
+    "user_arg",
+    "knob_type",
+    "knob_value",
+    "with_knobs",
+    "baseline_for_space",
 ]
 
 #: Values of the space option ``lr_scaling``.
@@ -102,15 +108,48 @@ def scaled_lr(base_lr: float, multiplier: float, effective_batch: int, base_effe
         raise ValueError(f"unknown lr_scaling {scaling!r}; choose one of {list(LR_SCALINGS)}")
     return base_lr * multiplier * factor
 
-#: Every knob a space may name, with its value type.
+#: Every knob a space may name, with its value type (besides ``model.<arg>`` and ``data.<arg>``:
+#: constructor arguments of the user's classes, typed by their signature).
 KNOB_TYPES: dict[str, type] = {
     "batch_size": int,
     "precision": str,
     "accumulate_grad_batches": int,
     "num_workers": int,
     "lr": float,
+    # the extended space (search_spaces/extended.yaml)
+    "devices": int,
+    "strategy": str,
+    "pin_memory": bool,
+    "prefetch_factor": int,
+    "compile": str,
+    "channels_last": bool,
+    "float32_matmul_precision": str,
 }
-_MINIMUM = {"batch_size": 1, "accumulate_grad_batches": 1, "num_workers": 0}
+#: Knobs of the extended space: the baseline's value is what the user's code does (read by inspection).
+EXTENDED_KNOBS = ("devices", "strategy", "pin_memory", "prefetch_factor", "compile", "channels_last", "float32_matmul_precision")
+#: The allowed values of each string (or mixed) knob.
+_ALLOWED = {
+    "precision": PRECISIONS,
+    "strategy": STRATEGIES,
+    "compile": (False, True, *COMPILE_MODES),
+    "float32_matmul_precision": MATMUL_PRECISIONS,
+}
+_MINIMUM = {"batch_size": 1, "accumulate_grad_batches": 1, "num_workers": 0, "devices": 1, "prefetch_factor": 1}
+#: Sections of user constructor arguments in a space (``model.hidden_dim``, ``data.augment``).
+ARG_SECTIONS = ("model", "data")
+
+
+def user_arg(name: str) -> tuple[str, str] | None:
+    """``("model", "hidden_dim")`` for a space key ``model.hidden_dim``; ``None`` for a built-in knob."""
+    section, dot, arg = name.partition(".")
+    return (section, arg) if dot and section in ARG_SECTIONS and arg.isidentifier() else None
+
+
+def knob_type(name: str, entry: Mapping[str, Any] | None = None) -> type:
+    """The value type of a knob: :data:`KNOB_TYPES`, or a user argument's resolved ``type``."""
+    if name in KNOB_TYPES:
+        return KNOB_TYPES[name]
+    return {"int": int, "float": float, "bool": bool, "str": str}.get((entry or {}).get("type", ""), object)
 _CHOICE_KEYS = {"choices"}
 _RANGE_KEYS = {"low", "high", "log", "step", "relative"}
 
@@ -173,10 +212,13 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
     space = Space()
     space.lr_scaling = lr_scaling
     for name, spec in data.items():
-        if name not in KNOB_TYPES:
-            raise SpaceError(f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}")
-        kind = KNOB_TYPES[name]
+        if not isinstance(name, str) or (name not in KNOB_TYPES and user_arg(name) is None):
+            raise SpaceError(f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}, or model.<argument> / "
+                             "data.<argument> for a constructor argument of your LightningModule / LightningDataModule")
+        kind = KNOB_TYPES.get(name, object)
         where = f"{name}"
+        if isinstance(spec, list):  # shorthand: `knob: [a, b]` is `knob: {choices: [a, b]}`
+            spec = {"choices": spec}
         if not isinstance(spec, Mapping):
             raise SpaceError(f"{source}: {where} must be a mapping with 'choices' or 'low'/'high', got {spec!r}")
         keys = set(spec)
@@ -195,8 +237,11 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
                 _check_value(source, f"{where}.choices", name, kind, value)
             space[name] = KnobSpec(name=name, choices=tuple(dict.fromkeys(choices)))
             continue
-        if kind is str:
-            raise SpaceError(f"{source}: {where} takes 'choices' (a list), not a range; e.g. choices: {list(PRECISIONS[1:3])}")
+        if kind in (str, bool):
+            example = list(_ALLOWED[name][:2]) if name in _ALLOWED else [False, True]
+            raise SpaceError(f"{source}: {where} takes 'choices' (a list), not a range; e.g. choices: {example}")
+        if kind is object:  # a constructor argument given as a range: a number (its type checked against the signature later)
+            kind = float if any(isinstance(spec.get(k), float) for k in ("low", "high")) else int
         if "low" not in keys or "high" not in keys:
             raise SpaceError(f"{source}: {where} needs 'choices', or both 'low' and 'high'; got keys {sorted(keys)}")
         low, high = spec["low"], spec["high"]
@@ -236,9 +281,19 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
 
 
 def _check_value(source: str, key: str, name: str, kind: type, value: Any) -> None:
-    if kind is str:
-        if value not in PRECISIONS:
-            raise SpaceError(f"{source}: {key}: unknown precision {value!r}; allowed: {list(PRECISIONS)}")
+    if name in _ALLOWED:
+        allowed = _ALLOWED[name]
+        if not any(value is a if isinstance(a, bool) or isinstance(value, bool) else value == a for a in allowed):
+            what = "precision" if name == "precision" else "value"
+            raise SpaceError(f"{source}: {key}: unknown {what} {value!r}; allowed: {list(allowed)}")
+        return
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise SpaceError(f"{source}: {key}: {name} takes true or false, got {value!r}")
+        return
+    if kind is object:  # a constructor argument: any scalar; its type is checked against the signature
+        if not (value is None or isinstance(value, (bool, int, float, str))):
+            raise SpaceError(f"{source}: {key}: a constructor argument's choices must be numbers, strings, booleans or null, got {value!r}")
         return
     _check_number(source, key, value, kind)
     minimum = _MINIMUM.get(name)
@@ -306,6 +361,7 @@ def resolve_space(
     explicit: bool,
     source: str = "<space>",
     train_samples: int | None = None,
+    model_info: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Make a validated space concrete for one model on one machine.
 
@@ -319,6 +375,10 @@ def resolve_space(
         source: The space file, for messages.
         train_samples: Size of the training set, if known: batch sizes above it per device are
             removed (their first batch could not have the batch size).
+        model_info: What inspection found for the extended space and constructor arguments (see
+            :func:`baseline_for_space`): ``signature`` (section to argument to ``{"type", "default"}``),
+            ``accepts_any`` (section to bool), ``has_conv``, ``loader`` (the training DataLoader's
+            ``pin_memory`` and ``prefetch_factor``, or ``None``), ``float32_matmul_precision``.
 
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
@@ -331,6 +391,8 @@ def resolve_space(
     """
     resolved: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
+    info = model_info or {}
+    baseline = baseline_for_space(baseline, space, info, source)
     removed_precisions = unsupported_precisions(hardware)
     worker_cap = cores_per_device(hardware, baseline.devices)
     lr_scaling = getattr(space, "lr_scaling", "none")
@@ -346,6 +408,16 @@ def resolve_space(
             else:
                 entry = {"low": float(min(spec.low, 1.0)), "high": float(max(spec.high, 1.0)), "log": spec.log}
             resolved[name] = {**entry, "scaling": lr_scaling}
+            continue
+        if user_arg(name) is not None:
+            resolved[name] = _resolve_user_arg(name, spec, baseline, info, source)
+            continue
+        if name in EXTENDED_KNOBS:
+            entry, note = _resolve_extended(name, spec, baseline, hardware, info, explicit, source)
+            if note:
+                notes.append(note)
+            if entry is not None:
+                resolved[name] = entry
             continue
         if not applicable.get(name, False):
             message = f"{source}: knob {name!r} cannot be applied to this model (see the README: where autotune looks for {name})"
@@ -405,6 +477,168 @@ def resolve_space(
     return resolved, notes
 
 
+#: Python types of annotations and defaults a constructor argument may have in a space.
+_ARG_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _fits(value: Any, kind: str | None) -> bool:
+    if value is None or kind is None:
+        return True
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, _ARG_TYPES[kind])
+
+
+def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A ``model.<arg>`` / ``data.<arg>`` knob, typed and checked against the constructor's signature."""
+    section, arg = user_arg(name)
+    signature = (info.get("signature") or {}).get(section)
+    owner = "LightningModule" if section == "model" else "LightningDataModule"
+    if signature is None:
+        raise SpaceError(f"{source}: {name}: the model file has no {owner}; remove {name} from the space")
+    if arg not in signature and not (info.get("accepts_any") or {}).get(section):
+        raise SpaceError(f"{source}: {name}: {owner} {info.get('class_names', {}).get(section, '')}.__init__ takes no argument {arg!r}; "
+                         f"its arguments: {sorted(signature)}")
+    kind = (signature.get(arg) or {}).get("type")
+    values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
+    if kind is None:  # no annotation and no default: the space's own values decide (all of one type)
+        kinds = {type(v).__name__ for v in values if v is not None}
+        kind = kinds.pop() if len(kinds) == 1 and kinds <= set(_ARG_TYPES) else None
+    for value in values:
+        if not _fits(value, kind):
+            raise SpaceError(f"{source}: {name}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind} "
+                             f"({owner}.__init__ declares {arg}: {kind}); give {kind} values")
+    base_value = knob_value(baseline, name)
+    if spec.choices is None:
+        if kind not in ("int", "float"):
+            raise SpaceError(f"{source}: {name} is a {kind or 'untyped'} argument: give choices: [...], not a range")
+        caster = int if kind == "int" else float
+        low, high = caster(spec.low), caster(spec.high)
+        if isinstance(base_value, (int, float)) and not isinstance(base_value, bool):
+            low, high = min(low, caster(base_value)), max(high, caster(base_value))
+        entry: dict[str, Any] = {"low": low, "high": high, "log": spec.log, "type": kind}
+        if spec.step is not None:
+            entry["step"] = spec.step
+        return entry
+    choices = [float(v) if kind == "float" and v is not None else v for v in spec.choices]
+    if base_value is not None and base_value not in choices:
+        choices.append(base_value)
+    return {"choices": choices, "type": kind}
+
+
+def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware: Hardware, info: Mapping[str, Any],
+                      explicit: bool, source: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One knob of the extended space made concrete: ``(entry or None when dropped, note or None)``."""
+    base_value = getattr(baseline, name)
+    if spec.choices is None:  # an integer range (devices, prefetch_factor)
+        low, high = int(min(spec.low, base_value)), int(max(spec.high, base_value))
+        if name == "devices":
+            most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
+            high = min(high, most)
+        return ({"choices": [low]} if low == high else {"low": low, "high": high, "log": spec.log, **({"step": spec.step} if spec.step else {})}), None
+    choices = list(spec.choices)
+    note = None
+    if name == "compile":
+        choices = ["default" if c is True else c for c in choices]
+    if name == "devices":
+        most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
+        if any(c > most for c in choices):
+            note = f"removed devices {[c for c in choices if c > most]}: this machine has {most} {'GPUs' if hardware.accelerator == 'gpu' else 'CPU cores'}"
+        choices = [c for c in choices if c <= most]
+    if name == "strategy":
+        if hardware.accelerator != "gpu" and "fsdp" in choices:
+            choices = [c for c in choices if c != "fsdp"]
+            note = "removed strategy 'fsdp': Lightning runs FSDP on GPUs only"
+        if base_value == "auto":  # a one-device baseline: the strategy applies to the multi-device trials
+            base_value = choices[0] if choices else "ddp"
+    if name == "pin_memory":
+        if info.get("loader") is None and explicit:
+            raise SpaceError(f"{source}: pin_memory: autotune found no torch DataLoader in train_dataloader() to set it on; remove it from the space")
+        if info.get("loader") is None:
+            return None, "dropped 'pin_memory': train_dataloader() returns no torch DataLoader"
+        if hardware.accelerator != "gpu" and True in choices:
+            choices = [c for c in choices if c is not True]
+            note = "removed pin_memory true: pinned host memory only speeds up copies to a GPU, and this machine has none"
+    if name == "prefetch_factor" and info.get("loader") is None:
+        if explicit:
+            raise SpaceError(f"{source}: prefetch_factor: autotune found no torch DataLoader in train_dataloader() to set it on; remove it")
+        return None, "dropped 'prefetch_factor': train_dataloader() returns no torch DataLoader"
+    if name == "channels_last" and not info.get("has_conv", False) and True in choices:
+        choices = [c for c in choices if c is not True]
+        note = "removed channels_last true: the model has no 2-D or 3-D convolution, where channels_last helps"
+    if base_value is not None and base_value not in choices:
+        choices.append(base_value)
+    if name in ("devices", "prefetch_factor"):
+        choices.sort()
+    return {"choices": choices}, note
+
+
+def knob_value(config: TrialConfig, name: str) -> Any:
+    """A knob's value in a config: a field, or ``model_args``/``data_args`` for ``model.<arg>``/``data.<arg>``."""
+    arg = user_arg(name)
+    if arg is None:
+        return getattr(config, name)
+    return (getattr(config, f"{arg[0]}_args") or {}).get(arg[1])
+
+
+def with_knobs(config: TrialConfig, values: Mapping[str, Any]) -> TrialConfig:
+    """``config`` with knob values set (user arguments merged into ``model_args``/``data_args``).
+
+    A one-device config's strategy is ``"auto"``; a multi-device one keeps the sampled strategy, or
+    ``"ddp"``.
+    """
+    changes: dict[str, Any] = {}
+    for name, value in values.items():
+        arg = user_arg(name)
+        if arg is None:
+            changes[name] = value
+        else:
+            field_name = f"{arg[0]}_args"
+            changes.setdefault(field_name, dict(getattr(config, field_name) or {}))[arg[1]] = value
+    if changes.get("compile") is True:
+        changes["compile"] = "default"
+    out = config.replace(**changes)
+    if out.devices == 1 and out.strategy != "auto":
+        out = out.replace(strategy="auto")
+    elif out.devices > 1 and out.strategy == "auto":
+        out = out.replace(strategy="ddp")
+    return out
+
+
+def baseline_for_space(baseline: TrialConfig, space: Mapping[str, Any], info: Mapping[str, Any], source: str = "<space>") -> TrialConfig:
+    """The baseline with the values the user's code has for each extended knob and constructor
+    argument the space searches (they are the baseline's point of the space).
+
+    Args:
+        baseline: The model's own config (core knobs).
+        space: Knob names (a parsed or resolved space).
+        info: Inspection facts (see :func:`resolve_space`): the training DataLoader's
+            ``pin_memory``/``prefetch_factor``, ``float32_matmul_precision``, constructor defaults
+            and the user's ``--config`` values (``signature`` defaults already include them).
+    """
+    changes: dict[str, Any] = {}
+    loader = info.get("loader") or {}
+    for name in space:
+        if name == "pin_memory" and baseline.pin_memory is None:
+            changes["pin_memory"] = bool(loader.get("pin_memory", False))
+        elif name == "prefetch_factor" and baseline.prefetch_factor is None:
+            changes["prefetch_factor"] = int(loader.get("prefetch_factor") or 2)  # PyTorch's default with workers
+        elif name == "compile" and baseline.compile is None:
+            changes["compile"] = False
+        elif name == "channels_last" and baseline.channels_last is None:
+            changes["channels_last"] = False
+        elif name == "float32_matmul_precision" and baseline.float32_matmul_precision is None:
+            changes["float32_matmul_precision"] = info.get("float32_matmul_precision") or "highest"
+        elif user_arg(name) is not None and knob_value(baseline, name) is None:
+            section, arg = user_arg(name)
+            default = ((info.get("signature") or {}).get(section) or {}).get(arg, {}).get("default")
+            if default is not None:
+                changes.setdefault(f"{section}_args", dict(getattr(baseline, f"{section}_args") or {}))[arg] = default
+    return baseline.replace(**changes) if changes else baseline
+
+
 def distributions(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Optuna distributions of a resolved space (for ``study.ask(fixed_distributions)``)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -414,7 +648,7 @@ def distributions(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         name = param_name(name, entry)
         if "choices" in entry:
             out[name] = CategoricalDistribution(list(entry["choices"]))
-        elif KNOB_TYPES[name] is int:
+        elif knob_type(name, entry) is int:
             out[name] = IntDistribution(entry["low"], entry["high"], log=entry.get("log", False), step=entry.get("step") or 1)
         else:
             out[name] = FloatDistribution(entry["low"], entry["high"], log=entry.get("log", False))
@@ -437,16 +671,16 @@ def suggest_config(trial: Any, resolved: Mapping[str, Mapping[str, Any]], baseli
         key = param_name(name, entry)
         if "choices" in entry:
             values[name] = trial.suggest_categorical(key, list(entry["choices"]))
-        elif KNOB_TYPES[name] is int:
+        elif knob_type(name, entry) is int:
             values[name] = trial.suggest_int(key, entry["low"], entry["high"], log=entry.get("log", False), step=entry.get("step") or 1)
         else:
             values[name] = trial.suggest_float(key, entry["low"], entry["high"], log=entry.get("log", False))
     lr_entry = resolved.get("lr", {})
     if "scaling" in lr_entry:
         multiplier = values.pop("lr")
-        config = baseline.replace(**values)
+        config = with_knobs(baseline, values)
         return config.replace(lr=scaled_lr(baseline.lr, multiplier, config.effective_batch_size, baseline.effective_batch_size, lr_entry["scaling"]))
-    return baseline.replace(**values)
+    return with_knobs(baseline, values)
 
 
 def param_name(name: str, entry: Mapping[str, Any]) -> str:
@@ -462,12 +696,21 @@ def params_of(config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], ba
             differs from the baseline's value (it could not be applied).
     """
     params: dict[str, Any] = {}
-    for name in KNOB_TYPES:
-        value = getattr(config, name)
+    for name in [*KNOB_TYPES, *(n for n in resolved if user_arg(n) is not None)]:
+        if name == "strategy" and config.devices == 1:  # one device: the strategy is "auto", whatever the point says
+            if name in resolved:
+                params[name] = baseline_params({name: resolved[name]}, baseline)[name]
+            continue
+        if name == "strategy" and name not in resolved:  # derived from devices (see with_knobs)
+            if config.strategy == with_knobs(baseline.replace(devices=config.devices), {}).strategy:
+                continue
+        value = knob_value(config, name)
         if name not in resolved:
-            if value != getattr(baseline, name):
+            if name in EXTENDED_KNOBS and value is None:
+                continue
+            if value != knob_value(baseline, name):
                 raise SpaceError(f"{source}: {name} = {value!r}, but the space does not search {name} (every trial uses "
-                                 f"{getattr(baseline, name)!r}); add {name} to the space or drop it from the file")
+                                 f"{knob_value(baseline, name)!r}); add {name} to the space or drop it from the file")
             continue
         entry = resolved[name]
         key = param_name(name, entry)
@@ -489,5 +732,11 @@ def params_of(config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], ba
 
 def baseline_params(resolved: Mapping[str, Any], baseline: TrialConfig) -> dict[str, Any]:
     """The baseline's values of the searched knobs (what ``study.enqueue_trial`` takes)."""
-    return {param_name(name, entry): (1.0 if param_name(name, entry) != name else getattr(baseline, name)) for name, entry in resolved.items()}
+    out = {}
+    for name, entry in resolved.items():
+        value = 1.0 if param_name(name, entry) != name else knob_value(baseline, name)
+        if name == "strategy" and value == "auto":  # a one-device baseline: any strategy point runs it
+            value = entry["choices"][0]
+        out[param_name(name, entry)] = value
+    return out
 

@@ -426,9 +426,14 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
     num_nodes = opts.num_nodes or 1
     baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
-    from autotune.space import KNOB_TYPES
+    from autotune.space import EXTENDED_KNOBS, KNOB_TYPES, baseline_for_space
 
-    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches") for name in KNOB_TYPES}
+    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES}
+    model_info = report.get("model_info") or {}
+    if "strategy" in space and "devices" not in space and devices * num_nodes == 1:
+        ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
+        space = type(space)({k: v for k, v in space.items() if k != "strategy"})
+        space.lr_scaling = getattr(load_space(space_path), "lr_scaling", "none")
     resolved, notes = resolve_space(
         space,
         baseline=baseline,
@@ -437,7 +442,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         explicit=opts.space_file is not None,
         source=str(space_path),
         train_samples=report.get("train_samples"),
+        model_info=model_info,
     )
+    baseline = baseline_for_space(baseline, resolved, model_info)
     for note in notes:
         ui.warn(note)
     limit = opts.memory_limit if opts.memory_limit is not None else (hardware.device_memory_gib if hardware.accelerator == "gpu" else None)
@@ -455,6 +462,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
         "space_explicit": opts.space_file is not None,
         "space": resolved,
         "targets": report["targets"],
+        "model_info": model_info,
         "baseline_config": baseline.to_dict(),
         "hardware": hardware.to_dict(),
         "autotune_version": __version__,
@@ -515,12 +523,14 @@ def _measure_attrs(outcome) -> dict[str, Any]:
     attrs = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
     attrs["precision_ran"] = ranks[0].get("precision_ran")
     attrs["lr_ran"] = ranks[0].get("lr_ran")
+    attrs["applied"] = ranks[0].get("applied")
     return attrs
 
 
 def _rank_attrs(outcome) -> list[dict[str, Any]]:
     return [
-        {"rank": r.get("rank"), "config": r.get("config"), "first_batch_size": r.get("first_batch_size"), "ok": r.get("ok", False)}
+        {"rank": r.get("rank"), "config": r.get("config"), "first_batch_size": r.get("first_batch_size"), "ok": r.get("ok", False),
+         "applied": r.get("applied")}
         for r in sorted(outcome.ranks, key=lambda r: r.get("rank", 0))
     ]
 
@@ -575,7 +585,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
                 trial_number=trial.number,
                 expected_ranks=config.devices if launch else config.world_size,
                 devices=config.devices,
-                pool=ctx.pools.get(slot),
+                pool=None if config.strategy == "fsdp" else ctx.pools.get(slot),  # FSDP launches its ranks as scripts
                 slot_env={**slot.env, **node_env},
                 on_start=lambda pgid: _trial_started(ctx, trial, pgid),
             )
@@ -859,7 +869,7 @@ def oom_frontier(study) -> list[dict[str, Any]]:
 
 def frontier_lines(study) -> list[str]:
     """One line per setting of the OOM frontier (none when no trial ran out of memory)."""
-    return [f"OOM frontier: {r['precision']}, {r['devices']} device(s), {r['strategy']}: per-device batch "
+    return [f"OOM frontier: {r['precision']}, {r['devices']} device(s), {r['strategy']}{', ' + r['setting'] if r.get('setting') else ''}: per-device batch "
             f"{'<= ' + str(r['fits_up_to']) + ' fits' if r['fits_up_to'] is not None else 'none known to fit'}, "
             f">= {r['oom_from']} runs out of memory (not run again)" for r in oom_frontier(study)]
 
@@ -1190,20 +1200,23 @@ def top_system_configs(trials: Sequence[Any], k: int) -> list[dict[str, Any]]:
     """The ``k`` fastest distinct system configs among completed trials, fastest first.
 
     A trial's system config is its Optuna params without :data:`CONVERGENCE_KNOBS` (``lr`` or
-    ``lr_multiplier``, ``accumulate_grad_batches``); a config's speed is the best samples/s any of
+    ``lr_multiplier``, ``accumulate_grad_batches``) and the user's constructor arguments
+    (``model.<arg>``, ``data.<arg>``); a config's speed is the best samples/s any of
     its trials measured. Confirmation runs are left out.
 
     Args:
         trials: Frozen Optuna trials.
         k: Configs wanted (>= 0).
     """
+    from autotune.space import user_arg
+
     best: dict[str, tuple[float, dict]] = {}
     skip = {*CONVERGENCE_KNOBS, "lr_multiplier"}
     for t in trials:
         sps = t.user_attrs.get("samples_per_sec")
         if t.state.name != "COMPLETE" or "confirm_of" in t.user_attrs or not sps:
             continue
-        system = {name: value for name, value in t.params.items() if name not in skip}
+        system = {name: value for name, value in t.params.items() if name not in skip and user_arg(name) is None}
         key = repr(sorted(system.items()))
         if key not in best or sps > best[key][0]:
             best[key] = (float(sps), system)
@@ -1211,16 +1224,16 @@ def top_system_configs(trials: Sequence[Any], k: int) -> list[dict[str, Any]]:
 
 
 def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list) -> int:
-    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr and
-    accumulation at the baseline's values); stage 2 trains the :data:`STAGE2_CONFIGS` fastest
+    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
+    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the :data:`STAGE2_CONFIGS` fastest
     system configs at full budget, first at the baseline's lr and accumulation, then with the
     sampler choosing those. Trials are marked ``stage`` (``system`` or ``full``); stage-1 runs are
     never recommended. Returns the trials this process ran."""
-    from autotune.space import baseline_params, param_name
+    from autotune.space import baseline_params, param_name, user_arg
 
     resolved = settings["space"]
     baseline = TrialConfig.from_dict(settings["baseline_config"])
-    convergence = {param_name(name, resolved[name]) for name in CONVERGENCE_KNOBS if name in resolved}
+    convergence = {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
     system_knobs = any(param_name(name, entry) not in convergence for name, entry in resolved.items())
     baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
@@ -1286,7 +1299,7 @@ def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict
             document = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise UsageError(f"--enqueue {file!r} is not valid YAML ({getattr(e, 'problem', e)})") from None
-        config = config_from_lightning_cli(document, settings["targets"], baseline, source=file)
+        config = config_from_lightning_cli(document, settings["targets"], baseline, source=file, searched=settings["space"])
         seeds.append((params_of(config, settings["space"], baseline, source=file), {"seeded_from": str(path)}))
     return seeds
 
@@ -1854,7 +1867,8 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
     user_config = settings.get("user_config") or read_user_config(None)
-    doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None)
+    doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None,
+                                      model_info=settings.get("model_info"))
     doc = {**user_config.get("extra", {}), **doc}
     sps, loss = trial.user_attrs["samples_per_sec"], trial.user_attrs["loss"]
     b_sps, b_loss = baseline.user_attrs["samples_per_sec"], baseline.user_attrs["loss"]

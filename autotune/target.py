@@ -143,10 +143,12 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches", 1))
     if baseline.get("num_workers") is None:
         baseline["num_workers"] = 0
+    train_samples, loader = _train_loader(datamodule or model)
     return {
         "hardware": hardware.to_dict(),
         "user_config": user_config,
-        "train_samples": _train_samples(datamodule or model),
+        "train_samples": train_samples,
+        "model_info": _model_info(model_cls, data_cls, model, user_config, loader),
         "model_class": model_cls.__name__,
         "data_class": data_cls.__name__ if data_cls else None,
         "targets": {k: t.to_dict() for k, t in targets.items()},
@@ -158,14 +160,151 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _train_samples(holder: Any) -> int | None:
-    """Length of the training set (best effort: ``setup("fit")`` then ``train_dataloader()``), or ``None``."""
+def _train_loader(holder: Any) -> tuple[int | None, Any]:
+    """``(length of the training set, the training DataLoader)`` (best effort: ``setup("fit")`` then
+    ``train_dataloader()``); ``None`` for what cannot be read."""
     try:
         if hasattr(holder, "setup"):
             holder.setup("fit")
-        return len(holder.train_dataloader().dataset)
-    except Exception:  # iterable datasets, loaders needing a Trainer, ...: the space stays as written
-        return None
+        loader = holder.train_dataloader()
+    except Exception:  # loaders needing a Trainer, ...: the space stays as written
+        return None, None
+    try:
+        return len(loader.dataset), loader
+    except Exception:  # an iterable dataset
+        return None, loader
+
+
+#: Annotation spellings of the constructor-argument types a space may search.
+_ANNOTATIONS = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
+
+
+def _arg_type(param: Any) -> str | None:
+    """``"int"``, ``"float"``, ``"bool"``, ``"str"`` from a parameter's annotation (``Optional`` and
+    ``| None`` allowed), else from its default's type; ``None`` when neither tells."""
+    import inspect
+
+    annotation = param.annotation
+    if annotation is not inspect.Parameter.empty:
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        text = text.replace("typing.", "").replace("Optional[", "").rstrip("]").replace(" | None", "").replace("None | ", "").strip()
+        if text in _ANNOTATIONS:
+            return _ANNOTATIONS[text]
+    default = param.default
+    if default is not inspect.Parameter.empty and default is not None and type(default).__name__ in _ANNOTATIONS:
+        return type(default).__name__
+    return None
+
+
+def _signature(cls: Any, given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Constructor arguments of ``cls``: name to ``{"type", "default"}`` (the ``--config`` value first)."""
+    import inspect
+
+    from autotune.loader import _init_params
+
+    out = {}
+    for name, param in _init_params(cls).items():
+        if name == "self" or param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        default = given.get(name, None if param.default is inspect.Parameter.empty else param.default)
+        out[name] = {"type": _arg_type(param), "default": default if isinstance(default, (bool, int, float, str)) else None}
+    return out
+
+
+def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    """What the extended space needs to know (see :func:`autotune.space.resolve_space`)."""
+    import inspect
+
+    import torch
+
+    from autotune.loader import _init_params
+
+    def accepts_any(cls: Any) -> bool:
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in _init_params(cls).values())
+
+    return {
+        "signature": {"model": _signature(model_cls, user_config["model"]),
+                      "data": _signature(data_cls, user_config["data"]) if data_cls else None},
+        "accepts_any": {"model": accepts_any(model_cls), "data": bool(data_cls) and accepts_any(data_cls)},
+        "class_names": {"model": model_cls.__name__, "data": data_cls.__name__ if data_cls else None},
+        "has_conv": any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules()),
+        "loader": ({"pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor}
+                   if isinstance(loader, torch.utils.data.DataLoader) else None),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def with_loader_options(loader: Any, pin_memory: bool | None, prefetch_factor: int | None) -> Any:
+    """A copy of a ``torch.utils.data.DataLoader`` with ``pin_memory`` and ``prefetch_factor`` set.
+
+    Every other argument is read back from the loader's public attributes (dataset, batch size or
+    batch sampler, sampler, workers, collate function, ...). ``prefetch_factor`` applies only with
+    worker processes (PyTorch refuses it otherwise). Anything that is not a DataLoader is returned
+    as is.
+    """
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if not isinstance(loader, DataLoader):
+        return loader
+    kwargs: dict[str, Any] = {
+        "dataset": loader.dataset,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory if pin_memory is None else pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+    }
+    if loader.num_workers > 0:
+        kwargs["multiprocessing_context"] = loader.multiprocessing_context
+        kwargs["prefetch_factor"] = prefetch_factor or loader.prefetch_factor
+    if torch.cuda.is_available() and kwargs["pin_memory"]:
+        kwargs["pin_memory_device"] = loader.pin_memory_device
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is not None:
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+        if not isinstance(loader.dataset, IterableDataset):
+            kwargs["sampler"] = loader.sampler
+    else:
+        kwargs["batch_sampler"] = loader.batch_sampler
+    return DataLoader(**kwargs)
+
+
+def _apply_loader_options(holder: Any, config: TrialConfig) -> None:
+    """Make the user's ``train_dataloader``/``val_dataloader`` return loaders with the config's
+    ``pin_memory``/``prefetch_factor`` (only the hooks the user wrote)."""
+    import functools
+
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    for hook in ("train_dataloader", "val_dataloader"):
+        original = getattr(holder, hook, None)
+        if original is None or not is_overridden(hook, holder):
+            continue
+
+        @functools.wraps(original)
+        def patched(*args, _original=original, **kwargs):
+            return with_loader_options(_original(*args, **kwargs), config.pin_memory, config.prefetch_factor)
+
+        setattr(holder, hook, patched)
+
+
+def _apply_channels_last(model: Any) -> Any:
+    """The module in ``torch.channels_last``, and its 4-D input tensors converted after each batch
+    transfer (``on_after_batch_transfer``), as the PyTorch tutorial on channels last does."""
+    import torch
+    from lightning.fabric.utilities.apply_func import apply_to_collection
+
+    model = model.to(memory_format=torch.channels_last)
+    original = model.on_after_batch_transfer
+
+    def on_after_batch_transfer(batch, dataloader_idx):
+        batch = original(batch, dataloader_idx)
+        return apply_to_collection(batch, torch.Tensor, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
+
+    model.on_after_batch_transfer = on_after_batch_transfer
+    return model
 
 
 def _canonical_precision(value: Any) -> str:
@@ -203,10 +342,19 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         if config.accelerator == "cpu":
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
         model_cls, data_cls, user_config = _load(spec)
+        if config.model_args or config.data_args:  # searched constructor arguments, the same on every rank
+            user_config = {**user_config, "model": {**user_config.get("model", {}), **(config.model_args or {})},
+                           "data": {**user_config.get("data", {}), **(config.data_args or {})}}
+        if config.float32_matmul_precision:
+            torch.set_float32_matmul_precision(config.float32_matmul_precision)
         pl = lightning_package(model_cls)  # lightning.pytorch or pytorch_lightning, as the model uses
         pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         targets = {k: KnobTarget(**t) for k, t in spec["targets"].items()}
         model, datamodule = build_objects(model_cls, data_cls, user_config, targets, {k: getattr(config, k) for k in targets})
+        if config.pin_memory is not None or config.prefetch_factor is not None:
+            _apply_loader_options(datamodule if datamodule is not None else model, config)
+        if config.channels_last:
+            model = _apply_channels_last(model)
         _, batches = total_batches(config, int(spec["samples"]))
         kwargs = trainer_kwargs(config, int(spec["samples"]), user_config["trainer"], str(out_dir))
         if spec.get("start_method") and config.strategy == "ddp":  # warm trials fork their ranks
@@ -223,6 +371,9 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)
         if str(trainer.precision) != config.precision:
             raise TrialFault("precision_not_applied", f"precision not applied: asked for {config.precision!r}, Lightning ran {trainer.precision!r}")
+        if config.compile_mode:
+            # Lightning trains a torch.compile'd LightningModule as is (and unwraps it for hooks and checkpoints)
+            model = torch.compile(model, mode=None if config.compile_mode == "default" else config.compile_mode)
         trainer.fit(model, datamodule=datamodule)
         return 0
     except BaseException as e:  # a failed trial is data: classify and store it

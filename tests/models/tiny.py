@@ -28,10 +28,11 @@ def _fault() -> str:
 
 
 class TinyData(pl.LightningDataModule):
-    def __init__(self, batch_size: int = 16, num_workers: int = 0):
+    def __init__(self, batch_size: int = 16, num_workers: int = 0, shuffle: bool = True):
         super().__init__()
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self.shuffle = shuffle
 
     def setup(self, stage=None):
         g = torch.Generator().manual_seed(0)
@@ -41,17 +42,18 @@ class TinyData(pl.LightningDataModule):
 
     def train_dataloader(self):
         size = 16 if os.environ.get("TINY_IGNORE_BATCH") else self.batch_size
-        return DataLoader(self.train_set, batch_size=size, shuffle=True, num_workers=self.num_workers)
+        return DataLoader(self.train_set, batch_size=size, shuffle=self.shuffle, num_workers=self.num_workers)
 
     def val_dataloader(self):
         return DataLoader(self.val_set, batch_size=64)
 
 
 class TinyModel(pl.LightningModule):
-    def __init__(self, lr: float = 0.05):
+    def __init__(self, lr: float = 0.05, hidden: int = 0):
         super().__init__()
         self.save_hyperparameters()
-        self.layer = torch.nn.Linear(8, 1)
+        # hidden > 0: a small MLP instead of the linear model (a searched constructor argument in tests)
+        self.layer = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)) if hidden else torch.nn.Linear(8, 1)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
