@@ -523,6 +523,8 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
             entry["step"] = spec.step
         return entry
     choices = [float(v) if kind == "float" and v is not None else v for v in spec.choices]
+    if kind == "float" and isinstance(base_value, int) and not isinstance(base_value, bool):
+        base_value = float(base_value)
     if base_value is not None and base_value not in choices:
         choices.append(base_value)
     return {"choices": choices, "type": kind}
@@ -541,7 +543,7 @@ def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware
     choices = list(spec.choices)
     note = None
     if name == "compile":
-        choices = ["default" if c is True else c for c in choices]
+        choices = list(dict.fromkeys("default" if c is True else c for c in choices))
     if name == "devices":
         most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
         if any(c > most for c in choices):

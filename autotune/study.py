@@ -1169,13 +1169,15 @@ ENV_SEARCH = "AUTOTUNE_SEARCH"
 
 
 def default_search(settings: Mapping[str, Any]) -> str:
-    """``--search``'s default for a study: ``$AUTOTUNE_SEARCH`` if set, else ``staged`` for the rate
-    objectives (``throughput``, ``goodput``), whose stage-1 figure a short run measures, and
-    ``flat`` for the others (``time-to-quality``, ``pareto``), whose figures need the full budget."""
+    """``--search``'s default for a study: ``flat`` for ``time-to-quality`` and ``pareto``, whose
+    figures need the full budget; for the rate objectives (``throughput``, ``goodput``), whose
+    stage-1 figure a short run measures, ``$AUTOTUNE_SEARCH`` if set, else ``staged`` (the
+    benchmark ``benchmarks/search_efficiency.py`` decides; docs/search.md)."""
+    rate = settings["objective"] in ("throughput", "goodput")
     value = os.environ.get(ENV_SEARCH)
     if value:
-        return value
-    return "staged" if settings["objective"] in ("throughput", "goodput") else "flat"
+        return value if rate else "flat"
+    return "staged" if rate else "flat"
 
 
 def staged_plan(add: int, baseline_needed: bool, seeds: int, system_knobs: bool) -> tuple[int, int]:

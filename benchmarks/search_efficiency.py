@@ -217,7 +217,7 @@ from lightning.pytorch.tuner import Tuner
 from autotune.target import _load
 spec = json.loads(sys.argv[1])
 L.seed_everything(spec["seed"], verbose=False)
-model_cls, data_cls = _load(spec)
+model_cls, data_cls, _ = _load(spec)
 model, data = model_cls(), data_cls()
 start = time.monotonic()
 trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=False, enable_checkpointing=False,
@@ -225,7 +225,9 @@ trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=Fa
 tuner = Tuner(trainer)
 batch = tuner.scale_batch_size(model, datamodule=data, mode="power")
 finder = tuner.lr_find(model, datamodule=data)
-print(json.dumps({"batch_size": int(batch), "lr": float(finder.suggestion()), "seconds": time.monotonic() - start}))
+seconds = time.monotonic() - start
+print(json.dumps({"batch_size": int(batch), "lr": float(finder.suggestion()), "seconds": seconds,
+                  "train_samples": len(data.train_dataloader().dataset)}))
 '''
 
 
@@ -239,7 +241,9 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
     if proc.returncode != 0:
         raise SystemExit(f"Lightning's Tuner failed on {example}:\n{proc.stderr[-3000:]}")
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    config = {**settings["baseline_config"], "batch_size": found["batch_size"],
+    # power scaling stops at the first batch size that fails or passes the training set; a batch larger
+    # than the training set trains with the whole set per step, which is what is scored
+    config = {**settings["baseline_config"], "batch_size": min(found["batch_size"], found["train_samples"]),
               "lr": found["lr"], "precision": "32-true", "num_workers": 0, "accumulate_grad_batches": 1}
     trial_spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
                   "config_file": settings["config_file"], "user_config": settings.get("user_config"), "targets": settings["targets"],
