@@ -42,8 +42,10 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
             note = (f"confirms #{attrs['confirm_of']} " + note).strip()
-        if attrs.get("stage") == "system":
-            note = (f"short ({attrs.get('trial_samples', '?')} samples) " + note).strip()
+        if "duplicate_of" in attrs:
+            note = f"duplicate of #{attrs['duplicate_of']} (not run) " + note
+        if attrs.get("stage") == "system" and attrs.get("feasible") is None and "trial_samples" in attrs:
+            note = (f"short ({attrs['trial_samples']} samples) " + note).strip()
         if "seeded_from" in attrs:
             note = ("--enqueue " + note).strip()
         if t.number == recommended_number:
@@ -228,6 +230,8 @@ class ConsoleUI:
         attrs = trial.user_attrs
         if trial.state.name == "COMPLETE":
             feasible = "" if attrs.get("feasible", True) else " [infeasible: loss above tolerance]"
+            if attrs.get("feasible", True) is None:
+                feasible = " [short run: loss not judged]"
             self.info(
                 f"  -> {attrs['samples_per_sec']:,.0f} samples/s, {attrs.get('loss_source')} {attrs['loss']:.4g}, "
                 f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"
@@ -434,7 +438,8 @@ class LiveUI(ConsoleUI):
         best = min(feasible, key=sort_key(self.objective))["number"] if feasible else None
         for row in self.finished[-self.ROWS:]:
             if row["state"] == "COMPLETE":
-                status = ("best so far" if row["number"] == best else "ok") if row.get("feasible") else "infeasible: loss above tolerance"
+                status = ("best so far" if row["number"] == best else "ok") if row.get("feasible") else (
+                    "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance")
                 if row.get("baseline"):
                     status += " (baseline)"
             else:

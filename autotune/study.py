@@ -546,9 +546,13 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
     ui.trial_started(trial.number, config, is_baseline)
-    if trial.user_attrs.get("stage") == "system":
-        trial.set_user_attr("trial_samples", system_budget(config, int(settings["samples"])))
+    if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings["samples"])) < int(settings["samples"]):
+        trial.set_user_attr("trial_samples", system_budget(config, int(settings["samples"])))  # a short run
     if not is_baseline and "confirm_of" not in trial.user_attrs:
+        # (an --enqueue'd config runs even when measured before: the user asked for it)
+        original = None if "seeded_from" in trial.user_attrs else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
+        if original is not None:
+            return _tell_duplicate(study, trial, original, ui, ctx)
         reason = _predicted_oom(study, config)
         if reason is not None:
             return _prune_predicted_oom(study, trial, reason, ui, ctx)
@@ -574,7 +578,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
             node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
             ui.trial_progress(trial.number, progress_file)
             if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
-                    and trial.user_attrs.get("stage") != "system" and intermediate_metric(settings["objective"]) is not None):
+                    and "trial_samples" not in trial.user_attrs and intermediate_metric(settings["objective"]) is not None):
                 _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
             if ctx.leader is not None:
                 launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
@@ -657,7 +661,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
             else:
                 baseline = study.user_attrs.get(BASELINE_ATTR)
                 baseline_loss = loss if is_baseline else baseline["loss"]
-                if trial.user_attrs.get("stage") == "system":
+                if "trial_samples" in trial.user_attrs:
                     # a short run's loss is not comparable with the baseline's full budget: its
                     # convergence is not judged (stage 2 judges it at full budget); the sampler is told feasible
                     constraint = 0.0
@@ -874,6 +878,66 @@ def frontier_lines(study) -> list[str]:
             f">= {r['oom_from']} runs out of memory (not run again)" for r in oom_frontier(study)]
 
 
+#: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
+_NOT_COPIED = {"config", "effective_batch_size", "baseline", "seeded_from", "stage", "trial_samples", "confirm_of", "confirm_samples",
+               "baseline_repeat", "duplicate_of", "intermediate", "ranks", "log_tail", "launch", "slot", "shared_host", "launch_time",
+               "exit_time", "wall_seconds", "startup_seconds", "training_seconds", "teardown_seconds"}
+
+
+def _measured_before(study, number: int, config: TrialConfig, budget: int):
+    """The first completed search trial (not a confirmation run, nor itself a duplicate) with the same
+    config and training budget as trial ``number``, or ``None``."""
+    import optuna
+
+    wanted, settings = config.to_dict(), study.user_attrs.get(SETTINGS_ATTR, {})
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if (t.number != number and attrs.get("config") == wanted and "confirm_of" not in attrs and "duplicate_of" not in attrs
+                and _budget(attrs, settings) == budget):
+            return t
+    return None
+
+
+def _tell_duplicate(study, trial, original, ui, ctx: "_RunContext"):
+    """A sampled config that a completed trial already measured at the same budget is not trained
+    again: the trial takes that trial's figures and values (``duplicate_of``; never recommended in
+    its place), which tells the sampler the same thing at no cost, and a replacement is queued."""
+    for key, value in original.user_attrs.items():
+        if key not in _NOT_COPIED:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", original.number)
+    constraint = original.user_attrs.get("constraint")
+    if original.user_attrs.get("feasible") is not None:
+        trial.set_constraint("loss_tolerance", constraint if constraint is not None else 1e300)
+    elif "trial_samples" in original.user_attrs:  # a short run: not judged, told feasible
+        trial.set_constraint("loss_tolerance", 0.0)
+    study.tell(trial, list(original.values))
+    _replace(study, trial, ctx)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _replace(study, trial, ctx: "_RunContext") -> None:
+    """Queue a replacement for a trial that trained nothing (predicted OOM, a duplicate): up to
+    :data:`OOM_REPLACEMENTS` per run; none for a grid (a fixed set of points)."""
+    import optuna
+
+    with ctx.lock:
+        if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
+            ctx.oom_replacements += 1
+            stage = trial.user_attrs.get("stage")
+            if stage:  # a staged trial's replacement keeps its stage and the knobs its stage fixes
+                fixed = dict(study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {})
+                if stage == "full":  # stage 2 fixes the system knobs; the sampler picks the rest
+                    from autotune.space import user_arg
+
+                    fixed = {k: v for k, v in fixed.items() if k not in (*CONVERGENCE_KNOBS, "lr_multiplier") and user_arg(k) is None}
+                study.enqueue_trial(fixed, user_attrs={"stage": stage})
+            else:
+                study.enqueue_trial({})
+
+
 def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
     """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
     import optuna
@@ -881,15 +945,7 @@ def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
     trial.set_user_attr("fail_kind", "predicted_oom")
     trial.set_user_attr("fail_reason", reason)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    with ctx.lock:  # (a grid run has a fixed set of points: nothing to replace)
-        if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
-            ctx.oom_replacements += 1
-            stage = trial.user_attrs.get("stage")
-            if stage:  # a staged trial's replacement keeps its stage and its fixed knobs
-                fixed = study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {}
-                study.enqueue_trial(dict(fixed), user_attrs={"stage": stage})
-            else:
-                study.enqueue_trial({})
+    _replace(study, trial, ctx)
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
@@ -914,7 +970,7 @@ def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", 
     def completed() -> list[dict[int, float]]:
         out = []
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if "confirm_of" in t.user_attrs or not t.user_attrs.get("feasible"):
+            if "confirm_of" in t.user_attrs or "duplicate_of" in t.user_attrs or not t.user_attrs.get("feasible"):
                 continue
             final = t.user_attrs.get(key)
             values = {int(k): float(v) for k, v in (t.user_attrs.get("intermediate") or {}).items()}
@@ -1334,9 +1390,11 @@ def _env_confirm() -> int:
 
 
 def _search_records(study) -> list:
-    """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them incomparable)."""
+    """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them
+    incomparable) and duplicates (their figures are another trial's)."""
     every = study.get_trials(deepcopy=False)
-    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs and every[r.number].user_attrs.get("stage") != "system"]
+    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs
+            and "duplicate_of" not in every[r.number].user_attrs and "trial_samples" not in every[r.number].user_attrs]
 
 
 def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:

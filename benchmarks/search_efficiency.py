@@ -63,9 +63,11 @@ METHODS = {  # name -> (--search, --sampler)
 
 
 def space_yaml(lr: float) -> str:
-    """The reduced space: 96 configs; the model's own values (batch 32, 32-true, 1, 0, lr) included."""
-    lrs = [round(lr * f, 10) for f in (0.3, 1.0, 3.0)]
-    return (f"batch_size: {{choices: [16, 32, 64, 128]}}\nprecision: {{choices: ['32-true', 'bf16-mixed']}}\n"
+    """The reduced space: 96 configs; the model's own values (batch 32, 32-true, 1, 0, lr) included.
+    Larger batches need a larger lr to reach the baseline's loss in the same samples, so the lrs go up
+    from the model's own (1x, 3x, 10x)."""
+    lrs = [round(lr * f, 10) for f in (1.0, 3.0, 10.0)]
+    return (f"batch_size: {{choices: [32, 64, 128, 256]}}\nprecision: {{choices: ['32-true', 'bf16-mixed']}}\n"
             f"accumulate_grad_batches: {{choices: [1, 2]}}\nnum_workers: {{choices: [0, 1]}}\nlr: {{choices: {lrs}}}\n")
 
 
@@ -77,8 +79,8 @@ def key_of(spec) -> str:
 class Replay:
     """Stands in for :func:`autotune.runner.run_trial_process`: cached outcomes, a virtual clock."""
 
-    def __init__(self, cache: dict, real, save):
-        self.cache, self.real, self.save = cache, real, save
+    def __init__(self, cache: dict, real, save, pool=None):
+        self.cache, self.real, self.save, self.pool = cache, real, save, pool
         self.start = time.monotonic()
         self.trained = 0.0  # cached wall seconds of the trials replayed so far
         self.ends: list[tuple[float, str]] = []  # (virtual end time, key) per trial, in order
@@ -88,8 +90,8 @@ class Replay:
         from autotune.runner import TrialOutcome
 
         key = key_of(spec)
-        if key not in self.cache:  # never measured (a stage-1 run): train it for real, once
-            outcome = self.real(spec, **{**kwargs, "pool": None})
+        if key not in self.cache:  # never measured (a stage-1 run): train it for real, once, warm like the grid
+            outcome = self.real(spec, **{**kwargs, "pool": self.pool})
             self.cache[key] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
                                "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
             self.save()
@@ -180,14 +182,14 @@ def score_table(example: str, cache: dict) -> dict:
             "near_optimal_configs": sum(1 for v in scores.values() if v >= 0.95 * best)}
 
 
-def replay(example: str, method: str, seed: int, trials: int, cache: dict, save, table: dict, folder: Path, budget: float) -> dict:
+def replay(example: str, method: str, seed: int, trials: int, cache: dict, save, table: dict, folder: Path, budget: float, pool) -> dict:
     """One search of ``method`` with replayed trials; its trajectory against the ground truth."""
     import autotune.runner as runner
 
     model, samples, lr = EXAMPLES[example]
     search, sampler = METHODS[method]
     real = runner.run_trial_process
-    fake = Replay(cache["trials"], real, save)
+    fake = Replay(cache["trials"], real, save, pool)
     runner.run_trial_process = fake
     try:
         study, _ = _search(folder, model, f"{example}-{method.replace(' ', '-')}-{seed}", samples, folder / f"{example}.space.yaml",
@@ -307,12 +309,18 @@ def main(argv=None) -> int:
             print(f"{example}: optimum {table['optimum']:.0f} samples/s {table['optimum_config']}, "
                   f"{table['near_optimal_configs']} of 96 configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s", flush=True)
             runs = []
+            from autotune.runner import child_env
+            from autotune.warm import WarmPool
+
+            pool = WarmPool(str(EXAMPLES[example][0]), child_env({}), str(folder / f"{example}.warm.log"))
+            pool.start()  # the replays' missing runs (stage 1's short ones) train warm, as the grid did
             for method in METHODS:
                 for seed in range(args.seeds):
-                    run = replay(example, method, seed, args.trials, cache, save, table, folder, budget)
+                    run = replay(example, method, seed, args.trials, cache, save, table, folder, budget, pool)
                     runs.append(run)
                     print(f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; 95% after {run['trials_to_95']} trials, "
                           f"{run['seconds_to_95'] and round(run['seconds_to_95'])} s", flush=True)
+            pool.close()
             from autotune.study import load_study
 
             _, settings = load_study(f"{example}-truth", f"sqlite:///{folder / example}-truth.db") if (folder / f"{example}-truth.db").exists() \

@@ -67,14 +67,19 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     trials = study.trials
     base = trials[0]
     assert base.user_attrs["baseline"] and "stage" not in base.user_attrs
-    short = [t for t in trials if t.user_attrs.get("stage") == "system"]
-    full = [t for t in trials if t.user_attrs.get("stage") == "full"]
-    assert len(short) == 5 and len(full) == 3 and [t.number for t in short] == [1, 2, 3, 4, 5]
-    for t in short:  # lr and accumulation at the baseline's; a shorter budget; convergence not judged
-        assert t.params["accumulate_grad_batches"] == 1 and t.params["lr"] == base.params["lr"]
-        assert t.user_attrs["trial_samples"] == min(2048, max(512, 32 * t.params["batch_size"]))
-        assert t.user_attrs["feasible"] is None and t.state.name == "COMPLETE"
-    fastest = top_system_configs(trials[:6], 3)
+    # (a stage-1 config sampled twice is a duplicate, not run, and replaced within stage 1)
+    short = [t for t in trials if t.user_attrs.get("stage") == "system" and "duplicate_of" not in t.user_attrs]
+    full = [t for t in trials if t.user_attrs.get("stage") == "full" and "duplicate_of" not in t.user_attrs]
+    assert len(short) == 5 and len(full) == 3
+    assert max(t.number for t in trials if t.user_attrs.get("stage") == "system") < min(t.number for t in full)
+    for t in short:  # lr and accumulation at the baseline's; a shorter budget, whose loss is not judged
+        assert t.params["accumulate_grad_batches"] == 1 and t.params["lr"] == base.params["lr"] and t.state.name == "COMPLETE"
+        budget = min(2048, max(512, 32 * t.params["batch_size"]))
+        if budget < 2048:
+            assert t.user_attrs["trial_samples"] == budget and t.user_attrs["feasible"] is None
+        else:  # 32 steps of batch 128 are the whole budget: a full run, judged like any other
+            assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
+    fastest = top_system_configs(trials[:min(t.number for t in full)], 3)
     systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full]
     # each of the fastest first at the baseline's lr and accumulation (unless that is the baseline itself)
     assert all(s in fastest for s in systems)
@@ -97,3 +102,36 @@ def test_staged_with_a_time_to_quality_study_is_refused_before_any_trial(tmp_pat
     r = cli("search", MODELS / "tiny.py", "--search", "staged", "--objective", "time-to-quality", "--trials", 2,
             "--storage", f"sqlite:///{db}", check_rc=2)
     assert "use --search flat" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_default_search_is_staged_for_rate_objectives_only(monkeypatch):
+    from autotune.study import default_search
+
+    monkeypatch.delenv("AUTOTUNE_SEARCH", raising=False)
+    assert [default_search({"objective": o}) for o in ("throughput", "goodput", "time-to-quality", "pareto")] == ["staged", "staged", "flat", "flat"]
+    monkeypatch.setenv("AUTOTUNE_SEARCH", "staged")
+    assert default_search({"objective": "pareto"}) == "flat"  # the variable never forces stage 1 on a full-budget objective
+    monkeypatch.setenv("AUTOTUNE_SEARCH", "flat")
+    assert default_search({"objective": "throughput"}) == "flat"
+
+
+def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):
+    db = tmp_path / "d.db"
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: [16, 32]\n")  # with the baseline's 16: two configs in all
+    r = cli("search", MODELS / "tiny.py", "--trials", 5, "--samples", 256, "--space", space, "--sampler", "random",
+            "--storage", f"sqlite:///{db}", check_rc=0)
+    study, settings = load_study("tiny", f"sqlite:///{db}")
+    trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    copies = [t for t in study.trials if "duplicate_of" in t.user_attrs]
+    assert sorted(t.params["batch_size"] for t in trained) == [16, 32]  # each config trained once
+    assert copies and len(study.trials) <= 5 + 20  # every duplicate queued a replacement, at most 20 per run
+    for t in copies:
+        original = study.trials[t.user_attrs["duplicate_of"]]
+        assert t.params == original.params and t.values == original.values and t.state.name == "COMPLETE"
+        assert "training_seconds" not in t.user_attrs and t.user_attrs["samples_per_sec"] == original.user_attrs["samples_per_sec"]
+    from autotune.study import recommendation
+
+    recommended, _ = recommendation(study, settings)
+    assert "duplicate_of" not in recommended.user_attrs
+    assert "duplicate of #" in cli("show", db, check_rc=0).stdout
