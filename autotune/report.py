@@ -253,11 +253,13 @@ class ConsoleUI:
         runs = study.user_attrs.get("runs") or []
         if runs and runs[-1].get("overhead_fraction") is not None:
             run = dict(runs[-1])
-            if run.get("stage") == "confirm" and len(runs) > 1:  # this run = its search and its confirmation
-                search = runs[-2]
-                run["trials"] += search["trials"]
-                run["wall_seconds"] += search["wall_seconds"]
-                training = run["training_seconds"] + search["training_seconds"]
+            # this run = every record of its run id (a staged search's rounds, its confirmation)
+            parts = [r for r in runs if r.get("run_id") == run["run_id"]] if run.get("run_id") else (
+                runs[-2:] if run.get("stage") == "confirm" and len(runs) > 1 else [run])
+            if len(parts) > 1:
+                run["trials"] = sum(r["trials"] for r in parts)
+                run["wall_seconds"] = sum(r["wall_seconds"] for r in parts)
+                training = sum(r["training_seconds"] for r in parts)
                 run["overhead_fraction"] = 1.0 - training / (run["wall_seconds"] * run["jobs"]) if run["wall_seconds"] > 0 else 0.0
             self.console.print(
                 f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s ({run['launch']} trial processes, {run['jobs']} job(s)); "

@@ -105,6 +105,10 @@ SYSTEM_FRACTION = 0.6
 SYSTEM_STEPS = 32
 #: Fastest system configs of stage 1 that stage 2 trains at full budget.
 STAGE2_CONFIGS = 3
+#: The loss-tolerance constraint a short stage-1 run tells the sampler (> 0: not known to be
+#: feasible). Its lr and accumulation are the baseline's, so feasible would steer stage 2's sampler
+#: back to them on the strength of runs whose loss was never judged.
+SHORT_RUN_CONSTRAINT = 1.0
 #: Knobs that decide convergence but hardly the speed: fixed in stage 1, searched in stage 2.
 CONVERGENCE_KNOBS = ("lr", "accumulate_grad_batches")
 
@@ -663,8 +667,9 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 baseline_loss = loss if is_baseline else baseline["loss"]
                 if "trial_samples" in trial.user_attrs:
                     # a short run's loss is not comparable with the baseline's full budget: its
-                    # convergence is not judged (stage 2 judges it at full budget); the sampler is told feasible
-                    constraint = 0.0
+                    # convergence is not judged (stage 2 judges it at full budget), and the sampler is
+                    # told it is not known to be feasible (SHORT_RUN_CONSTRAINT)
+                    constraint = SHORT_RUN_CONSTRAINT
                     attrs["constraint"], attrs["feasible"] = None, None
                 else:
                     constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
@@ -909,8 +914,8 @@ def _tell_duplicate(study, trial, original, ui, ctx: "_RunContext"):
     constraint = original.user_attrs.get("constraint")
     if original.user_attrs.get("feasible") is not None:
         trial.set_constraint("loss_tolerance", constraint if constraint is not None else 1e300)
-    elif "trial_samples" in original.user_attrs:  # a short run: not judged, told feasible
-        trial.set_constraint("loss_tolerance", 0.0)
+    elif "trial_samples" in original.user_attrs:  # a short run: not judged
+        trial.set_constraint("loss_tolerance", SHORT_RUN_CONSTRAINT)
     study.tell(trial, list(original.values))
     _replace(study, trial, ctx)
     frozen = study.get_trials(deepcopy=False)[trial.number]
@@ -923,6 +928,8 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
     :data:`OOM_REPLACEMENTS` per run; none for a grid (a fixed set of points)."""
     import optuna
 
+    if trial.user_attrs.get("screen"):
+        return  # a stage-1 screen point: the other unvisited points are queued already
     with ctx.lock:
         if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
             ctx.oom_replacements += 1
@@ -1195,12 +1202,13 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
-    search = opts.search or ("flat" if opts.sampler == "grid" else default_search(settings))
+    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
     if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
         raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
                          "use --search flat")
+    run_id = f"{os.getpid()}-{time.time():.0f}"
     drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
-                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup))
+                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
     if search == "staged":
         ran = _staged_search(study, settings, ui, drain, add, seeds)
     else:
@@ -1208,7 +1216,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
-                        jobs=opts.jobs, cold=opts.cold, storage_url=storage_url)
+                        jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, run_id=run_id)
     elif confirm:
         ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
     recommended, baseline = recommendation(study, settings)
@@ -1254,39 +1262,125 @@ def staged_plan(add: int, baseline_needed: bool, seeds: int, system_knobs: bool)
     return system, rest - system
 
 
-def top_system_configs(trials: Sequence[Any], k: int) -> list[dict[str, Any]]:
-    """The ``k`` fastest distinct system configs among completed trials, fastest first.
+def top_system_configs(trials: Sequence[Any], k: int | None = None, with_speed: bool = False) -> list:
+    """The ``k`` (default: all) fastest distinct system configs among completed trials, fastest first.
 
     A trial's system config is its Optuna params without :data:`CONVERGENCE_KNOBS` (``lr`` or
     ``lr_multiplier``, ``accumulate_grad_batches``) and the user's constructor arguments
-    (``model.<arg>``, ``data.<arg>``); a config's speed is the best samples/s any of
-    its trials measured. Confirmation runs are left out.
+    (``model.<arg>``, ``data.<arg>``); a config's speed is the best samples/s any of its trials
+    measured. Confirmation runs are left out.
 
     Args:
         trials: Frozen Optuna trials.
-        k: Configs wanted (>= 0).
+        k: Configs wanted (>= 0), or ``None`` for all.
+        with_speed: Return ``(config, samples/s)`` pairs.
     """
-    from autotune.space import user_arg
-
     best: dict[str, tuple[float, dict]] = {}
-    skip = {*CONVERGENCE_KNOBS, "lr_multiplier"}
     for t in trials:
         sps = t.user_attrs.get("samples_per_sec")
         if t.state.name != "COMPLETE" or "confirm_of" in t.user_attrs or not sps:
             continue
-        system = {name: value for name, value in t.params.items() if name not in skip and user_arg(name) is None}
+        system = system_part(t.params)
         key = repr(sorted(system.items()))
         if key not in best or sps > best[key][0]:
             best[key] = (float(sps), system)
-    return [system for _, system in sorted(best.values(), key=lambda pair: -pair[0])[:k]]
+    ranked = sorted(best.values(), key=lambda pair: -pair[0])[:k]
+    return [(system, speed) for speed, system in ranked] if with_speed else [system for _, system in ranked]
+
+
+def system_part(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The system knobs of a trial's Optuna params (see :func:`top_system_configs`)."""
+    from autotune.space import user_arg
+
+    return {name: value for name, value in params.items() if name not in (*CONVERGENCE_KNOBS, "lr_multiplier") and user_arg(name) is None}
+
+
+#: Largest system grid stage 1 enumerates (see :func:`screen_points`).
+SCREEN_MAX_POINTS = 100_000
+
+
+def screen_points(trials: Sequence[Any], resolved: Mapping[str, Any], convergence: set, seed: int,
+                  visited_params: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]] | None:
+    """Stage 1's system configs: every point of the system knobs' grid that no trial has visited, in a
+    random order (seeded), or ``None`` when the system knobs are not all discrete (or the grid is
+    larger than :data:`SCREEN_MAX_POINTS`; the sampler then chooses). Screening without repeats is
+    what a short throughput run is for; the sampler's model of the loss constraint matters in stage 2.
+
+    Args:
+        trials: The study's frozen trials (their system configs count as visited).
+        resolved: The study's resolved space.
+        convergence: Optuna parameter names of the convergence knobs (left out of the grid).
+        seed: Seed of the order.
+        visited_params: More visited points (the baseline's, before its trial exists).
+    """
+    import itertools
+    import math
+    import random
+
+    from autotune.samplers import grid_space
+    from autotune.space import param_name
+
+    system = {name: entry for name, entry in resolved.items() if param_name(name, entry) not in convergence}
+    try:
+        grid = grid_space(system)
+    except UsageError:
+        return None
+    if not grid or math.prod(len(v) for v in grid.values()) > SCREEN_MAX_POINTS:
+        return None
+    visited = {repr(sorted(system_part(p).items())) for p in [*(t.params for t in trials if t.params), *visited_params]}
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    points = [p for p in points if repr(sorted(p.items())) not in visited]
+    random.Random(seed).shuffle(points)
+    return points
+
+
+#: Full-budget trials of one system config, none feasible, after which stage 2 takes the next config.
+STAGE2_ATTEMPTS = 3
+
+
+def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE2_CONFIGS) -> list[tuple[dict, dict]]:
+    """The next round of stage 2 of ``--search staged``: ``(params, user attributes)`` of up to ``k`` trials.
+
+    System configs are taken fastest first (stage 1's ranking, :func:`top_system_configs`), skipping
+    one that already has a feasible full-budget trial (it is solved), one with
+    :data:`STAGE2_ATTEMPTS` full-budget trials and none feasible (its batch does not converge at any
+    lr tried), and one no faster than the best feasible trial so far (it cannot win). Each taken config
+    runs first at the baseline's lr and accumulation (``fixed``), then with the sampler choosing them.
+    An empty round means no system config can beat the best feasible trial.
+
+    Args:
+        trials: The study's frozen trials.
+        fixed: The baseline's Optuna params of the convergence knobs.
+        k: Trials per round (the configs explored side by side).
+    """
+    full = [t for t in trials if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
+            and t.user_attrs.get("feasible") is not None]
+    incumbent = max((t.user_attrs["samples_per_sec"] for t in full if t.user_attrs.get("feasible")), default=0.0)
+    # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget included
+    tried = [t for t in trials if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
+    out: list[tuple[dict, dict]] = []
+    for system, speed in top_system_configs(trials, with_speed=True):
+        if len(out) == k:
+            break
+        mine = [t for t in tried if system_part(t.params) == system]
+        if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine) or len(mine) >= STAGE2_ATTEMPTS:
+            continue
+        at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in mine)
+        out.append(({**system, **fixed} if not at_baseline else dict(system), {"stage": "full"}))
+    return out
 
 
 def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
-    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the :data:`STAGE2_CONFIGS` fastest
-    system configs at full budget, first at the baseline's lr and accumulation, then with the
-    sampler choosing those. Trials are marked ``stage`` (``system`` or ``full``); stage-1 runs are
-    never recommended. Returns the trials this process ran."""
+    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
+    fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
+    :func:`stage2_round`), first at the baseline's lr and accumulation, then with the sampler choosing
+    those; when no system config can beat the best feasible trial, the rest sample every knob. Trials
+    are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
+    processes serves every round. Returns the trials this process ran."""
+    import tempfile
+
+    from autotune.jobs import SlotPools
     from autotune.space import baseline_params, param_name, user_arg
 
     resolved = settings["space"]
@@ -1297,25 +1391,35 @@ def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., 
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
     fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
     ui.info(f"staged search: {n_system} short system-knob run(s) (lr and accumulation at the baseline's), "
-            f"then {n_full} full-budget run(s) of the {STAGE2_CONFIGS} fastest")
-    first = list(seeds) + [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
-    ran = drain(add=add - n_full, seeds=first)
-    if not n_full:
-        return ran
-    every = study.get_trials(deepcopy=False)
-    top = top_system_configs(every, STAGE2_CONFIGS)
-    ran_full = {repr(sorted(t.params.items())) for t in every if t.user_attrs.get("stage") != "system" and t.state.name != "WAITING"}
-    second: list[tuple[dict, dict]] = []
-    for config in top:  # each fast config first at the baseline's lr and accumulation (known to converge)
-        params = {**config, **fixed}
-        if repr(sorted(params.items())) not in ran_full and len(second) < n_full:
-            second.append((params, {"stage": "full"}))
-    for i in range(n_full - len(second)):
-        second.append((dict(top[i % len(top)]) if top else {}, {"stage": "full"}))
-    if top:
-        ui.info("staged search, stage 2: lr and accumulation of the fastest system configs: "
-                + "; ".join(", ".join(f"{k}={v}" for k, v in config.items()) for config in top))
-    return ran + drain(add=n_full, seeds=second)
+            f"then {n_full} full-budget run(s) of the fastest system configs")
+    screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings["seed"]) + len(study.trials),
+                           [baseline_params(resolved, baseline)])
+    if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
+        if len(screen) < n_system:
+            n_system, n_full = len(screen), n_full + n_system - len(screen)
+        first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
+    else:
+        first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
+    pools = SlotPools(settings["model_file"], bool(drain.keywords.get("cold")), tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    try:
+        ran = drain(add=add - n_full, seeds=list(seeds) + first, pools=pools)
+        left = n_full
+        while left > 0:
+            batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]
+            if not batch:
+                ui.info(f"staged search: no system config left that could beat the best feasible trial; "
+                        f"the last {left} trial(s) sample every knob")
+                ran += drain(add=left, pools=pools)
+                break
+            ui.info("staged search, stage 2: " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+            ran += drain(add=len(batch), seeds=batch, pools=pools)
+            left -= len(batch)
+    finally:
+        import shutil
+
+        pools.close()
+        shutil.rmtree(pools.log_dir, ignore_errors=True)
+    return ran
 
 
 def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:
@@ -1419,7 +1523,8 @@ def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
     return picked
 
 
-def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str) -> int:
+def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
+             run_id: str | None = None) -> int:
     """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
@@ -1437,7 +1542,7 @@ def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, sampl
         return 0
     which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
     ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
-    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm")
+    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm", run_id=run_id)
 
 
 def confirmation(study, settings: Mapping[str, Any]):
@@ -1616,7 +1721,7 @@ def _baseline_pending(study) -> bool:
 
 def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
                 storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, dict]] = (),
-                pruner: tuple[str, int] | None = None, stage: str = "search") -> int:
+                pruner: tuple[str, int] | None = None, stage: str = "search", pools: Any = None, run_id: str | None = None) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -1641,6 +1746,10 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             sampler chooses the rest).
         pruner: ``(name, startup trials)`` of :func:`autotune.pruning.make_pruner` for running trials
             (default: ``$AUTOTUNE_PRUNER`` or ``median``, after 5 completed trials).
+        stage: Recorded with the run's figures (``search``, ``confirm``).
+        pools: A :class:`autotune.jobs.SlotPools` the caller owns (its warm processes outlive this
+            call: a staged search drains the queue several times), else one made and closed here.
+        run_id: Groups this call's figures with the other calls of one ``search`` run.
 
     Returns:
         Trials this process ran.
@@ -1682,9 +1791,10 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
     import tempfile
 
-    log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
     cold = cold or leader is not None  # the other nodes start their ranks cold too
-    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui), len(slots))
+    own_pools = pools is None
+    log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if own_pools else pools.log_dir
+    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui) if own_pools else pools, len(slots))
     ctx.leader = leader
     ctx.log_dir = log_dir
     from autotune.pruning import make_pruner
@@ -1778,7 +1888,8 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             resume = _resume_command(settings, storage_url, pending[0] + 1)
         raise Interrupted(resume) from None
     finally:
-        ctx.pools.close()
+        if own_pools:
+            ctx.pools.close()
         if leader is not None:
             try:
                 leader.close()
@@ -1786,8 +1897,9 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
                 pass
         import shutil
 
-        shutil.rmtree(log_dir, ignore_errors=True)
-        _record_run(study, run_start, ctx, cold, stage)
+        if own_pools:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        _record_run(study, run_start, ctx, cold, stage, run_id)
     if failed_baseline:
         frozen = failed_baseline[0]
         if frozen is None:
@@ -1816,7 +1928,7 @@ def _fail_stale(study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: str = "search") -> None:
+def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: str = "search", run_id: str | None = None) -> None:
     """Append this run's overhead figures to the study's ``runs`` attribute (best effort)."""
     try:
         wall = time.monotonic() - run_start
@@ -1834,6 +1946,7 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
                 "training_seconds": training,
                 "overhead_fraction": 1.0 - training / (wall * ctx.jobs) if wall > 0 else None,
                 "stage": stage,
+                "run_id": run_id,
             }
         )
         study.set_user_attr("runs", runs)
