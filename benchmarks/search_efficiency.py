@@ -9,7 +9,8 @@ exhaustively (4 batch sizes x 2 precisions x 2 accumulations x 2 worker counts x
    cached in ``benchmarks/results/search_efficiency_truth.json`` (reused by later runs; delete it
    to measure again). The optimum is the fastest config whose loss is within the loss tolerance
    (5%) of the baseline's: the throughput objective.
-2. **Searches**, 5 seeds each, at the same wall-clock budget (a quarter of the grid's total time):
+2. **Searches**, 5 seeds each, at the same wall-clock budget (the grid's total time, so that a
+   blind search can find the optimum; up to 96 trials):
    ``autotune --search staged``, ``autotune --search flat`` (both with the default TPE sampler)
    and Optuna's random search over the same space (``--sampler random --search flat``). Each runs
    the real autotune search code (sampler, OOM frontier, staged plan, constraint, recommendation),

@@ -135,3 +135,38 @@ def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):
     recommended, _ = recommendation(study, settings)
     assert "duplicate_of" not in recommended.user_attrs
     assert "duplicate of #" in cli("show", db, check_rc=0).stdout
+
+
+def test_stage_1_screens_each_unvisited_system_point_once_in_a_seeded_order():
+    from autotune.study import screen_points
+
+    resolved = {"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0, "high": 1, "log": False},
+                "lr": {"low": 0.1, "high": 1.0, "log": True}}
+    visited = [_trial({"batch_size": 32, "num_workers": 0, "lr": 0.5}, 10.0)]
+    points = screen_points(visited, resolved, {"lr"}, seed=1, visited_params=[{"batch_size": 16, "num_workers": 0, "lr": 0.1}])
+    assert sorted((p["batch_size"], p["num_workers"]) for p in points) == [(16, 1), (32, 1), (64, 0), (64, 1)]
+    assert points == screen_points(visited, resolved, {"lr"}, seed=1, visited_params=[{"batch_size": 16, "num_workers": 0, "lr": 0.1}])
+    assert screen_points([], {**resolved, "prefetch_factor": {"low": 1, "high": 4, "log": False}}, {"lr"}, 0) is not None
+    assert screen_points([], {"batch_size": {"low": 1, "high": 4, "log": False}, "lr": resolved["lr"]}, set(), 0) is None  # lr is continuous
+
+
+def test_stage_2_goes_down_the_speed_ranking_and_skips_configs_that_cannot_win():
+    from autotune.study import stage2_round
+
+    fixed = {"lr": 0.1, "accumulate_grad_batches": 1}
+    short = dict(trial_samples=512, feasible=None)
+    trials = [
+        _trial({"batch_size": 16, **fixed}, 100.0, feasible=True),  # the baseline: 100 samples/s, feasible
+        _trial({"batch_size": 256, **fixed}, 900.0, **short),
+        _trial({"batch_size": 128, **fixed}, 800.0, **short),
+        _trial({"batch_size": 64, **fixed}, 400.0, **short),
+        _trial({"batch_size": 32, **fixed}, 90.0, **short),  # no faster than the feasible baseline: cannot win
+    ]
+    first = stage2_round(trials, fixed, k=3)
+    assert [p for p, _ in first] == [{"batch_size": 256, **fixed}, {"batch_size": 128, **fixed}, {"batch_size": 64, **fixed}]
+    trials += [_trial({"batch_size": 256, **fixed}, 900.0, feasible=False), _trial({"batch_size": 128, **fixed}, 800.0, feasible=True)]
+    second = stage2_round(trials, fixed, k=3)
+    # 256: tried at the baseline's lr, infeasible: the sampler picks lr next; 128 is solved and beats 64, which cannot win now
+    assert [p for p, _ in second] == [{"batch_size": 256}]
+    trials += [_trial({"batch_size": 256, "lr": 1.0, "accumulate_grad_batches": 2}, 950.0, feasible=False) for _ in range(2)]
+    assert stage2_round(trials, fixed, k=3) == []  # 256 failed 3 times; nothing else can beat 800 samples/s
