@@ -108,12 +108,21 @@ class Replay:
 
 
 class Record:
-    """Wraps the real :func:`autotune.runner.run_trial_process` and caches what it measured."""
+    """Wraps the real :func:`autotune.runner.run_trial_process` and caches what it measured; a
+    config already cached is replayed, so an interrupted ground truth resumes where it stopped."""
 
     def __init__(self, cache: dict, real, save):
         self.cache, self.real, self.save = cache, real, save
 
     def __call__(self, spec, **kwargs):
+        from autotune.runner import TrialOutcome
+
+        entry = self.cache.get(key_of(spec))
+        if entry is not None:
+            now = time.time()
+            return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
+                                ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
+                                timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
         outcome = self.real(spec, **kwargs)
         self.cache[key_of(spec)] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
                                     "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
