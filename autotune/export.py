@@ -26,6 +26,7 @@ def lightning_cli_config(
     user_config: Mapping[str, Mapping[str, Any]] | None = None,
     has_datamodule: bool = True,
     model_info: Mapping[str, Any] | None = None,
+    baseline: TrialConfig | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The LightningCLI config of a trial.
 
@@ -36,6 +37,8 @@ def lightning_cli_config(
         has_datamodule: Whether the model file has a DataModule (else there is no ``data:`` section).
         model_info: Inspection facts (constructor signatures): ``pin_memory``/``prefetch_factor``
             go under ``data:`` (or ``model:``) when the class takes them as arguments.
+        baseline: The baseline's config: an extended knob at the baseline's value (what the user's
+            code does already) gets no note.
 
     Searched constructor arguments (``model_args``, ``data_args``) go under ``model:``/``data:``.
     ``torch.compile``, ``channels_last``, ``float32_matmul_precision``, and ``pin_memory`` or
@@ -77,10 +80,13 @@ def lightning_cli_config(
             doc.setdefault(section, {})[name] = value
     signature = (model_info or {}).get("signature") or {}
     loader_owner = "data" if has_datamodule else "model"
+    def unchanged(knob: str) -> bool:
+        return baseline is not None and getattr(baseline, knob) == getattr(config, knob)
+
     for knob in ("pin_memory", "prefetch_factor"):
         value = getattr(config, knob)
-        if value is None:
-            continue
+        if value is None or unchanged(knob) or (knob == "prefetch_factor" and config.num_workers == 0):
+            continue  # (PyTorch takes prefetch_factor only with worker processes)
         if knob in (signature.get(loader_owner) or {}):
             doc.setdefault(loader_owner, {})[knob] = value
         else:
@@ -92,7 +98,7 @@ def lightning_cli_config(
     if config.channels_last:
         notes.append("channels_last: true  # model.to(memory_format=torch.channels_last), and convert 4-D inputs with "
                      "x.contiguous(memory_format=torch.channels_last) in on_after_batch_transfer")
-    if config.float32_matmul_precision:
+    if config.float32_matmul_precision and not unchanged("float32_matmul_precision"):
         notes.append(f"float32_matmul_precision: {config.float32_matmul_precision}  # "
                      f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training")
     if not doc["model"]:

@@ -498,6 +498,10 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
     owner = "LightningModule" if section == "model" else "LightningDataModule"
     if signature is None:
         raise SpaceError(f"{source}: {name}: the model file has no {owner}; remove {name} from the space")
+    knob = ((info.get("knob_args") or {}).get(section) or {}).get(arg)
+    if knob is not None:
+        raise SpaceError(f"{source}: {name} is the argument autotune sets for its own knob {knob!r} (it would be overwritten); "
+                         f"search it as {knob}: in the space instead")
     if arg not in signature and not (info.get("accepts_any") or {}).get(section):
         raise SpaceError(f"{source}: {name}: {owner} {info.get('class_names', {}).get(section, '')}.__init__ takes no argument {arg!r}; "
                          f"its arguments: {sorted(signature)}")

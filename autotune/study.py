@@ -433,7 +433,10 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
     from autotune.space import EXTENDED_KNOBS, KNOB_TYPES, baseline_for_space
 
     applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES}
-    model_info = report.get("model_info") or {}
+    model_info = dict(report.get("model_info") or {})
+    # constructor arguments autotune sets itself through its own knobs (batch_size, lr, ...)
+    model_info["knob_args"] = {section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
+                               for section in ("model", "data")}
     if "strategy" in space and "devices" not in space and devices * num_nodes == 1:
         ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
         space = type(space)({k: v for k, v in space.items() if k != "strategy"})
@@ -885,7 +888,7 @@ def frontier_lines(study) -> list[str]:
 
 #: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
 _NOT_COPIED = {"config", "effective_batch_size", "baseline", "seeded_from", "stage", "trial_samples", "confirm_of", "confirm_samples",
-               "baseline_repeat", "duplicate_of", "intermediate", "ranks", "log_tail", "launch", "slot", "shared_host", "launch_time",
+               "baseline_repeat", "duplicate_of", "intermediate", "screen", "ranks", "log_tail", "launch", "slot", "shared_host", "launch_time",
                "exit_time", "wall_seconds", "startup_seconds", "training_seconds", "teardown_seconds"}
 
 
@@ -1390,7 +1393,8 @@ def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., 
     baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
     fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
-    ui.info(f"staged search: {n_system} short system-knob run(s) (lr and accumulation at the baseline's), "
+    ui.info(f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
+            f"{system_budget(baseline, int(settings['samples']))} samples at the baseline's batch), "
             f"then {n_full} full-budget run(s) of the fastest system configs")
     screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings["seed"]) + len(study.trials),
                            [baseline_params(resolved, baseline)])
@@ -2041,7 +2045,7 @@ def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path,
     config = TrialConfig.from_dict(trial.user_attrs["config"])
     user_config = settings.get("user_config") or read_user_config(None)
     doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None,
-                                      model_info=settings.get("model_info"))
+                                      model_info=settings.get("model_info"), baseline=TrialConfig.from_dict(settings["baseline_config"]))
     doc = {**user_config.get("extra", {}), **doc}
     sps, loss = trial.user_attrs["samples_per_sec"], trial.user_attrs["loss"]
     b_sps, b_loss = baseline.user_attrs["samples_per_sec"], baseline.user_attrs["loss"]

@@ -84,6 +84,8 @@ def test_constructor_arguments_are_typed_by_the_signature():
         resolve({"model.hidden_dim": [128]})
     with pytest.raises(SpaceError, match=r"data.shuffle: 0 is not a bool \(LightningDataModule.__init__ declares shuffle: bool\); give bool values"):
         resolve({"data.shuffle": {"low": 0, "high": 1}})
+    with pytest.raises(SpaceError, match=r"model.lr is the argument autotune sets for its own knob 'lr' \(it would be overwritten\); search it as lr:"):
+        resolve({"model.lr": [0.1]}, info={**INFO, "knob_args": {"model": {"lr": "lr"}, "data": {"batch_size": "batch_size"}}})
     with pytest.raises(SpaceError, match=r"data.shuffle: the model file has no LightningDataModule"):
         resolve({"data.shuffle": [True]}, info={**INFO, "signature": {**INFO["signature"], "data": None}})
 
@@ -113,6 +115,16 @@ def test_sampled_configs_carry_the_knobs_and_enqueue_files_map_back():
     assert params["model.hidden"] == 32 and params["devices"] == 2 and params["compile"] == "default"
     with pytest.raises(UsageError, match=r"e.yaml: strategy must be 'auto' or one of \['ddp', 'fsdp'\], got 'horovod'"):
         config_from_lightning_cli({"trainer": {"strategy": "horovod"}}, {}, BASE, source="e.yaml")
+
+
+def test_values_the_users_code_has_already_get_no_note():
+    base = BASE.replace(pin_memory=False, prefetch_factor=2, float32_matmul_precision="highest", num_workers=2)
+    _, notes = lightning_cli_config(base.replace(pin_memory=False), {}, model_info=INFO, baseline=base)
+    assert notes == []
+    _, notes = lightning_cli_config(base.replace(prefetch_factor=4, float32_matmul_precision="high"), {}, model_info=INFO, baseline=base)
+    assert [n.split(":")[0] for n in notes] == ["prefetch_factor", "float32_matmul_precision"]
+    _, notes = lightning_cli_config(base.replace(prefetch_factor=4, num_workers=0), {}, model_info=INFO, baseline=base)
+    assert notes == []  # PyTorch refuses prefetch_factor without worker processes
 
 
 def test_pin_memory_and_loader_options_as_notes_or_data_arguments():
@@ -156,8 +168,8 @@ def test_extended_knobs_and_constructor_arguments_reach_every_rank(tmp_path, cli
     assert base.user_attrs["applied"]["parameters"] == 9 and base.user_attrs["applied"]["prefetch_factor"] is None  # no workers
     assert base.user_attrs["config"]["float32_matmul_precision"] == "highest"
     exported = (tmp_path / "tiny.best.yaml").read_text()
-    assert "prefetch_factor: 2  # pass prefetch_factor=2 to the DataLoader" in exported
-    assert "float32_matmul_precision: highest  # torch.set_float32_matmul_precision('highest')" in exported
+    # the recommendation's prefetch_factor and matmul precision are the user's own: nothing to apply by hand
+    assert "prefetch_factor" not in exported.split("# autotune:")[-1] and "set_float32_matmul_precision('highest')" not in exported
     assert "model.hidden" in r.stdout or "hidden" in cli("show", db, "--format", "json", check_rc=0).stdout
 
 
