@@ -94,8 +94,8 @@ def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_datab
                      "--trial-timeout", 600], tmp_path, env)
     study = _wait_for_study(fresh_database, "stale")
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # wait until trial 2 (the hanging one) runs
-        if any(t.number == 2 and t.state.name == "RUNNING" for t in study.get_trials()):
+    while time.monotonic() < deadline:  # wait until trial 2 (the hanging one) trains (its config is stored once sampled)
+        if any(t.number == 2 and t.state.name == "RUNNING" and "config" in t.user_attrs for t in study.get_trials()):
             break
         time.sleep(0.5)
     search.send_signal(signal.SIGKILL)  # the worker dies mid-trial, its trial process with it
