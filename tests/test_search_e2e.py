@@ -398,7 +398,8 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     while time.monotonic() < deadline:
         time.sleep(1)
         try:
-            if any(t.state.name == "RUNNING" and t.number == 1 for t in load(db, "tiny").trials):
+            # trial 1 runs once its process group is stored (autotune stores it as the process starts)
+            if any(t.state.name == "RUNNING" and t.number == 1 and "process_group" in t.user_attrs for t in load(db, "tiny").trials):
                 break
         except Exception:  # the database or the study may not exist yet
             continue

@@ -62,7 +62,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
                      "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
     r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 9, "--samples", 2048, "--space", space,
             "--storage", f"sqlite:///{db}", check_rc=0)
-    assert "staged search: 5 short system-knob run(s)" in r.stdout
+    assert "staged search: 5 system-knob screening run(s)" in r.stdout
     study, settings = load_study("tiny", f"sqlite:///{db}")
     trials = study.trials
     base = trials[0]
