@@ -239,6 +239,16 @@ def _cmd_dashboard(args) -> int:
 _COMMANDS = {"search": _cmd_search, "worker": _cmd_worker, "show": _cmd_show, "export": _cmd_export, "report": _cmd_report, "dashboard": _cmd_dashboard}
 
 
+def _stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` makes a running autotune print every thread's stack to stderr and go on
+    (:func:`faulthandler.register`): how to see where a search that does not answer is waiting."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted."""
     parser = build_parser()
@@ -248,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from autotune.study import Interrupted
 
+    _stacks_on_sigusr1()
     try:
         return _COMMANDS[args.command](args)
     except Interrupted as e:

@@ -307,7 +307,14 @@ def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_basel
         out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-3000:]
     trials = optuna.load_study(study_name="twin", storage=fresh_database).trials
-    assert len(trials) == 6 and all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
+    assert all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
+    # a config one process sampled after the other measured it is a copy (duplicate_of), not trained,
+    # and is replaced: both budgets are trained in full
+    trained = [t for t in trials if "duplicate_of" not in t.user_attrs]
+    assert len(trained) == 6, [(t.number, t.params, t.user_attrs.get("duplicate_of")) for t in trials]
+    for t in trials:
+        if "duplicate_of" in t.user_attrs:
+            assert trials[t.user_attrs["duplicate_of"]].params == t.params and t.values == trials[t.user_attrs["duplicate_of"]].values
     assert sum(t.user_attrs["baseline"] for t in trials) == 1 and trials[0].user_attrs["baseline"]
     # a second baseline queued by the other process (when both saw no baseline) runs as a repeat of it
     repeats = [t for t in trials if t.user_attrs.get("baseline_repeat")]
