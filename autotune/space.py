@@ -538,10 +538,11 @@ def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware
                       explicit: bool, source: str) -> tuple[dict[str, Any] | None, str | None]:
     """One knob of the extended space made concrete: ``(entry or None when dropped, note or None)``."""
     base_value = getattr(baseline, name)
+    if name == "devices":  # the most this machine holds (the baseline's own count always stays)
+        most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
     if spec.choices is None:  # an integer range (devices, prefetch_factor)
         low, high = int(min(spec.low, base_value)), int(max(spec.high, base_value))
         if name == "devices":
-            most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
             high = min(high, most)
         return ({"choices": [low]} if low == high else {"low": low, "high": high, "log": spec.log, **({"step": spec.step} if spec.step else {})}), None
     choices = list(spec.choices)
@@ -549,7 +550,6 @@ def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware
     if name == "compile":
         choices = list(dict.fromkeys("default" if c is True else c for c in choices))
     if name == "devices":
-        most = max(base_value, hardware.device_count if hardware.accelerator == "gpu" else hardware.cpu_count)
         if any(c > most for c in choices):
             note = f"removed devices {[c for c in choices if c > most]}: this machine has {most} {'GPUs' if hardware.accelerator == 'gpu' else 'CPU cores'}"
         choices = [c for c in choices if c <= most]

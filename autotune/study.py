@@ -940,9 +940,7 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
             if stage:  # a staged trial's replacement keeps its stage and the knobs its stage fixes
                 fixed = dict(study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {})
                 if stage == "full":  # stage 2 fixes the system knobs; the sampler picks the rest
-                    from autotune.space import user_arg
-
-                    fixed = {k: v for k, v in fixed.items() if k not in (*CONVERGENCE_KNOBS, "lr_multiplier") and user_arg(k) is None}
+                    fixed = system_part(fixed)
                 study.enqueue_trial(fixed, user_attrs={"stage": stage})
             else:
                 study.enqueue_trial({})
@@ -1213,7 +1211,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
                               pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
     if search == "staged":
-        ran = _staged_search(study, settings, ui, drain, add, seeds)
+        ran = _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
     else:
         ran = drain(add=add, seeds=seeds)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
@@ -1373,7 +1371,7 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     return out
 
 
-def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list) -> int:
+def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
     accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
     fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
@@ -1404,7 +1402,7 @@ def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., 
         first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
-    pools = SlotPools(settings["model_file"], bool(drain.keywords.get("cold")), tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    pools = SlotPools(settings["model_file"], cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
         ran = drain(add=add - n_full, seeds=list(seeds) + first, pools=pools)
         left = n_full

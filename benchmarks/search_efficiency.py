@@ -27,7 +27,8 @@ exhaustively (4 batch sizes x 2 precisions x 2 accumulations x 2 worker counts x
 
 Reported per method (median over seeds): the best config found within the budget as % of the
 optimum (0 when nothing feasible beat nothing), and the trials and seconds until a config at >= 95%
-of the optimum had been trained.
+of the optimum had been trained, and the same at >= 99% (every search starts with the model's own
+config, so where that is already within 95% of the best, only the 99% columns tell them apart).
 
 Usage::
 
@@ -56,6 +57,9 @@ EXAMPLES = {
     "digits": (ROOT / "examples" / "digits" / "model.py", 4096, 1e-3),
     "charlm": (ROOT / "examples" / "charlm" / "model.py", 2048, 3e-3),
 }
+#: Percentages of the optimum whose first reaching is reported: 95 (the issue's), and 99, which tells
+#: the searches apart where the model's own config is already within 95% of the best (charlm on a CPU).
+LEVELS = (95, 99)
 METHODS = {  # name -> (--search, --sampler)
     "autotune staged": ("staged", "tpe"),
     "autotune flat": ("flat", "tpe"),
@@ -208,18 +212,21 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
         runner.run_trial_process = real
     optimum = table["optimum"]
     ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
-    best, reached_trials, reached_seconds = 0.0, None, None
+    best, reached = 0.0, {}
     for i, (t, (end, key)) in enumerate(zip(ran, fake.ends), start=1):
         if end > budget:
             break
         if t.user_attrs.get("stage") == "system" or not t.user_attrs.get("feasible") or t.state.name != "COMPLETE":
             continue  # a short run is never recommended; an infeasible one neither
         best = max(best, t.user_attrs["samples_per_sec"])
-        if reached_trials is None and best >= 0.95 * optimum:
-            reached_trials, reached_seconds = i, end
-    return {"method": method, "seed": seed, "best_percent": 100.0 * best / optimum, "trials_to_95": reached_trials,
-            "seconds_to_95": reached_seconds, "trials_run": len(ran), "seconds_run": fake.ends[-1][0] if fake.ends else 0.0,
-            "measured_now": fake.measured_now}
+        for level in LEVELS:
+            if level not in reached and best >= level / 100 * optimum:
+                reached[level] = (i, end)
+    run = {"method": method, "seed": seed, "best_percent": 100.0 * best / optimum, "trials_run": len(ran),
+           "seconds_run": fake.ends[-1][0] if fake.ends else 0.0, "measured_now": fake.measured_now}
+    for level in LEVELS:
+        run[f"trials_to_{level}"], run[f"seconds_to_{level}"] = reached.get(level, (None, None))
+    return run
 
 
 TUNER_CHILD = r'''
@@ -276,11 +283,13 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
     feasible = math.isfinite(sps) and constraint_value(loss, table["baseline_loss"], 0.05, "min") <= 0
     score = sps if feasible else 0.0
     seconds = found["seconds"] + cache["trials"][key]["wall_seconds"]
-    return {"method": "lightning tuner", "seed": seed, "best_percent": 100.0 * score / table["optimum"],
-            "trials_to_95": 1 if score >= 0.95 * table["optimum"] else None,
-            "seconds_to_95": seconds if score >= 0.95 * table["optimum"] else None, "trials_run": 1, "seconds_run": seconds,
-            "tuner_batch_size": found["batch_size"], "tuner_lr": found["lr"], "tuner_seconds": found["seconds"],
-            "samples_per_sec": sps, "loss": loss, "feasible": feasible}
+    run = {"method": "lightning tuner", "seed": seed, "best_percent": 100.0 * score / table["optimum"], "trials_run": 1, "seconds_run": seconds,
+           "tuner_batch_size": found["batch_size"], "tuner_lr": found["lr"], "tuner_seconds": found["seconds"],
+           "samples_per_sec": sps, "loss": loss, "feasible": feasible}
+    for level in LEVELS:
+        hit = score >= level / 100 * table["optimum"]
+        run[f"trials_to_{level}"], run[f"seconds_to_{level}"] = (1, seconds) if hit else (None, None)
+    return run
 
 
 def _median(values):
@@ -332,8 +341,9 @@ def main(argv=None) -> int:
                 for seed in range(args.seeds):
                     run = replay(example, method, seed, args.trials, cache, save, table, folder, budget, pool)
                     runs.append(run)
-                    print(f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; 95% after {run['trials_to_95']} trials, "
-                          f"{run['seconds_to_95'] and round(run['seconds_to_95'])} s", flush=True)
+                    print(f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; " + "; ".join(
+                        f"{level}% after {run[f'trials_to_{level}']} trials, {run[f'seconds_to_{level}'] and round(run[f'seconds_to_{level}'])} s"
+                        for level in LEVELS), flush=True)
             pool.close()
             from autotune.study import load_study
 
@@ -347,24 +357,32 @@ def main(argv=None) -> int:
             summary = {}
             for method in [*METHODS, "lightning tuner"]:
                 mine = [r for r in runs if r["method"] == method]
-                reached = [r for r in mine if r["seconds_to_95"] is not None]
-                summary[method] = {
-                    "best_percent": _median([r["best_percent"] for r in mine]),
-                    "trials_to_95": _median([r["trials_to_95"] for r in mine]) if len(reached) * 2 > len(mine) else None,
-                    "seconds_to_95": _median([r["seconds_to_95"] for r in mine]) if len(reached) * 2 > len(mine) else None,
-                    "reached_95": f"{len(reached)}/{len(mine)}",
-                }
+                summary[method] = {"best_percent": _median([r["best_percent"] for r in mine])}
+                for level in LEVELS:
+                    # the median over seeds; a seed that never reached the level counts as beyond the budget,
+                    # so the median exists only when more than half the seeds reached it
+                    reached = [r for r in mine if r[f"seconds_to_{level}"] is not None]
+                    most = len(reached) * 2 > len(mine)
+                    summary[method].update({
+                        f"trials_to_{level}": _median([r[f"trials_to_{level}"] for r in mine]) if most else None,
+                        f"seconds_to_{level}": _median([r[f"seconds_to_{level}"] for r in mine]) if most else None,
+                        f"reached_{level}": f"{len(reached)}/{len(mine)}",
+                    })
                 rows.append((example, method, summary[method]))
             results["examples"][example] = {"optimum_samples_per_sec": table["optimum"], "optimum_config": table["optimum_config"],
                                             "near_optimal_configs": table["near_optimal_configs"], "grid_seconds": table["grid_seconds"],
                                             "budget_seconds": budget, "baseline_samples_per_sec": table["baseline_sps"],
                                             "summary": summary, "runs": runs}
     print()
-    print(f"{'example':8} {'method':16} {'best % of optimum':>18} {'reached 95%':>12} {'trials to 95%':>14} {'seconds to 95%':>15}")
+    print(f"{'example':8} {'method':16} {'best % of optimum':>18}" + "".join(
+        f" {f'reached {level}%':>12} {f'trials to {level}%':>14} {f'seconds to {level}%':>15}" for level in LEVELS))
     for example, method, s in rows:
-        trials = "-" if s["trials_to_95"] is None else f"{s['trials_to_95']:g}"
-        seconds = "-" if s["seconds_to_95"] is None else f"{s['seconds_to_95']:.0f}"
-        print(f"{example:8} {method:16} {s['best_percent']:18.1f} {s['reached_95']:>12} {trials:>14} {seconds:>15}")
+        cells = ""
+        for level in LEVELS:
+            trials = "-" if s[f"trials_to_{level}"] is None else f"{s[f'trials_to_{level}']:g}"
+            seconds = "-" if s[f"seconds_to_{level}"] is None else f"{s[f'seconds_to_{level}']:.0f}"
+            cells += f" {s[f'reached_{level}']:>12} {trials:>14} {seconds:>15}"
+        print(f"{example:8} {method:16} {s['best_percent']:18.1f}{cells}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
