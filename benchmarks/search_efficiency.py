@@ -297,6 +297,16 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _median_to_reach(values):
+    """Median over seeds of the trials or seconds to reach a level, a seed that never reached it
+    (``None``) counting as beyond the budget (infinite): ``None`` when the median itself is beyond."""
+    ordered = sorted(math.inf if v is None else v for v in values)
+    if not ordered:
+        return None
+    median = statistics.median(ordered)
+    return None if math.isinf(median) or math.isnan(median) else median
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=list(EXAMPLES))
@@ -304,6 +314,7 @@ def main(argv=None) -> int:
     parser.add_argument("--trials", type=int, default=96, help="trials each search may run (the budget usually ends it first)")
     parser.add_argument("--budget", type=float, default=1.0, help="wall-clock budget, a fraction of the grid's total seconds")
     parser.add_argument("--tuner-seeds", type=int, default=None, help="Lightning Tuner runs per example (default: --seeds)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="searches to replay (default: all)")
     parser.add_argument("--quick", action="store_true", help="digits only, 2 seeds")
     parser.add_argument("--out", default=str(RESULTS / "search_efficiency.json"))
     parser.add_argument("--cache", default=str(RESULTS / "search_efficiency_truth.json"))
@@ -337,7 +348,7 @@ def main(argv=None) -> int:
 
             pool = WarmPool(str(EXAMPLES[example][0]), child_env({}), str(folder / f"{example}.warm.log"))
             pool.start()  # the replays' missing runs (stage 1's short ones) train warm, as the grid did
-            for method in METHODS:
+            for method in args.methods:
                 for seed in range(args.seeds):
                     run = replay(example, method, seed, args.trials, cache, save, table, folder, budget, pool)
                     runs.append(run)
@@ -355,17 +366,17 @@ def main(argv=None) -> int:
                 print(f"  lightning tuner seed {seed}: batch {run['tuner_batch_size']}, lr {run['tuner_lr']:.3g} "
                       f"({run['tuner_seconds']:.0f} s): {run['best_percent']:.1f}% of optimum", flush=True)
             summary = {}
-            for method in [*METHODS, "lightning tuner"]:
+            for method in [*args.methods, "lightning tuner"]:
                 mine = [r for r in runs if r["method"] == method]
+                if not mine:
+                    continue
                 summary[method] = {"best_percent": _median([r["best_percent"] for r in mine])}
                 for level in LEVELS:
-                    # the median over seeds; a seed that never reached the level counts as beyond the budget,
-                    # so the median exists only when more than half the seeds reached it
+                    # the median over seeds, a seed that never reached the level counting as beyond the budget
                     reached = [r for r in mine if r[f"seconds_to_{level}"] is not None]
-                    most = len(reached) * 2 > len(mine)
                     summary[method].update({
-                        f"trials_to_{level}": _median([r[f"trials_to_{level}"] for r in mine]) if most else None,
-                        f"seconds_to_{level}": _median([r[f"seconds_to_{level}"] for r in mine]) if most else None,
+                        f"trials_to_{level}": _median_to_reach([r[f"trials_to_{level}"] for r in mine]),
+                        f"seconds_to_{level}": _median_to_reach([r[f"seconds_to_{level}"] for r in mine]),
                         f"reached_{level}": f"{len(reached)}/{len(mine)}",
                     })
                 rows.append((example, method, summary[method]))
