@@ -111,11 +111,6 @@ STAGE2_CONFIGS = 3
 SHORT_RUN_CONSTRAINT = 1.0
 #: Knobs that decide convergence but hardly the speed: fixed in stage 1, searched in stage 2.
 CONVERGENCE_KNOBS = ("lr", "accumulate_grad_batches")
-#: System knobs that decide the speed but not what is computed: the same batches reach the same
-#: weights whatever their values (the loader's sampler draws in the main process; the layout, the
-#: compiler and the sharding keep the arithmetic). System configs that differ only in these train
-#: alike, so stage 2 explores lr and accumulation once for all of them (see :func:`stage2_round`).
-SPEED_ONLY_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "compile", "channels_last", "strategy")
 
 
 #: Environment variable giving ``--confirm``'s default (else :data:`DEFAULT_CONFIRM`).
@@ -1348,14 +1343,11 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     """The next round of stage 2 of ``--search staged``: ``(params, user attributes)`` of up to ``k`` trials.
 
     System configs are taken fastest first (stage 1's ranking, :func:`top_system_configs`), skipping
-    one that already has a feasible full-budget trial (it is solved) and one no faster than the best
-    feasible trial so far (it cannot win). Configs that differ only in :data:`SPEED_ONLY_KNOBS` train
-    alike (one *convergence class*): when one of them is feasible at some lr and accumulation, each
-    other runs once at those; until then only the fastest config of the class not yet given up is
-    explored, and the class is given up after :data:`STAGE2_ATTEMPTS` full-budget trials with none
-    feasible (its batch does not converge at any lr tried). An explored config runs first at the
-    baseline's lr and accumulation (``fixed``), then with the sampler choosing them. An empty round
-    means no system config can beat the best feasible trial.
+    one that already has a feasible full-budget trial (it is solved), one with
+    :data:`STAGE2_ATTEMPTS` full-budget trials and none feasible (its batch does not converge at any
+    lr tried), and one no faster than the best feasible trial so far (it cannot win). Each taken config
+    runs first at the baseline's lr and accumulation (``fixed``), then with the sampler choosing them.
+    An empty round means no system config can beat the best feasible trial.
 
     Args:
         trials: The study's frozen trials.
@@ -1367,32 +1359,14 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     incumbent = max((t.user_attrs["samples_per_sec"] for t in full if t.user_attrs.get("feasible")), default=0.0)
     # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget included
     tried = [t for t in trials if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
-    def convergence_class(system: Mapping[str, Any]) -> str:
-        return repr(sorted((name, value) for name, value in system.items() if name not in SPEED_ONLY_KNOBS))
-
-    def convergence_part(params: Mapping[str, Any]) -> dict[str, Any]:
-        system = system_part(params)
-        return {name: value for name, value in params.items() if name not in system}
-
     out: list[tuple[dict, dict]] = []
-    exploring: set[str] = set()  # classes explored in this round already
     for system, speed in top_system_configs(trials, with_speed=True):
         if len(out) == k:
             break
         mine = [t for t in tried if system_part(t.params) == system]
-        if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine):
+        if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine) or len(mine) >= STAGE2_ATTEMPTS:
             continue
-        cls = convergence_class(system)
-        kin = [t for t in tried if convergence_class(system_part(t.params)) == cls]
-        solved = [convergence_part(t.params) for t in kin if t.user_attrs.get("feasible")]
-        if solved:  # a config of its class converged: run it once at those lr and accumulation
-            if not any(convergence_part(t.params) == solved[0] for t in mine):
-                out.append(({**system, **solved[0]}, {"stage": "full"}))
-            continue
-        if len(kin) >= STAGE2_ATTEMPTS or cls in exploring:
-            continue
-        exploring.add(cls)
-        at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in kin)
+        at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in mine)
         out.append(({**system, **fixed} if not at_baseline else dict(system), {"stage": "full"}))
     return out
 

@@ -170,31 +170,3 @@ def test_stage_2_goes_down_the_speed_ranking_and_skips_configs_that_cannot_win()
     assert [p for p, _ in second] == [{"batch_size": 256}]
     trials += [_trial({"batch_size": 256, "lr": 1.0, "accumulate_grad_batches": 2}, 950.0, feasible=False) for _ in range(2)]
     assert stage2_round(trials, fixed, k=3) == []  # 256 failed 3 times; nothing else can beat 800 samples/s
-
-
-def test_stage_2_explores_lr_once_for_configs_that_differ_only_in_speed_knobs():
-    from autotune.study import stage2_round
-
-    fixed = {"lr": 0.1, "accumulate_grad_batches": 1}
-    short = dict(trial_samples=512, feasible=None)
-    trials = [
-        _trial({"batch_size": 16, "num_workers": 0, **fixed}, 100.0, feasible=True),
-        _trial({"batch_size": 256, "num_workers": 1, **fixed}, 950.0, **short),
-        _trial({"batch_size": 256, "num_workers": 0, **fixed}, 900.0, **short),  # same class as 256/w1: trains alike
-        _trial({"batch_size": 128, "num_workers": 1, **fixed}, 800.0, **short),
-        _trial({"batch_size": 128, "num_workers": 0, **fixed}, 700.0, **short),
-    ]
-    first = stage2_round(trials, fixed, k=3)
-    # one config of each class explores lr: 256/w1 and 128/w1, not their slower siblings
-    assert [p for p, _ in first] == [{"batch_size": 256, "num_workers": 1, **fixed}, {"batch_size": 128, "num_workers": 1, **fixed}]
-    solved = {"lr": 1.0, "accumulate_grad_batches": 2}
-    trials += [_trial({"batch_size": 256, "num_workers": 1, **fixed}, 950.0, feasible=False),
-               _trial({"batch_size": 128, "num_workers": 1, **solved}, 650.0, feasible=True)]  # the full run was slower
-    second = stage2_round(trials, fixed, k=3)
-    # 256's class goes on with the sampler choosing; 128/w0 runs once at the lr and accumulation 128/w1 converged at
-    assert [p for p, _ in second] == [{"batch_size": 256, "num_workers": 1}, {"batch_size": 128, "num_workers": 0, **solved}]
-    trials += [_trial({"batch_size": 256, "num_workers": 0, "lr": 0.3, "accumulate_grad_batches": 1}, 900.0, feasible=False),
-               _trial({"batch_size": 256, "num_workers": 1, "lr": 1.0, "accumulate_grad_batches": 1}, 950.0, feasible=False),
-               _trial({"batch_size": 128, "num_workers": 0, **solved}, 690.0, feasible=False)]
-    # 256's class failed 3 times across its configs; 128/w0 ran at the solved point already (and missed): none left
-    assert stage2_round(trials, fixed, k=3) == []
