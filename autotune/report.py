@@ -145,7 +145,11 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     if fmt == "yaml":
         import yaml
 
-        return yaml.safe_dump(list(map(dict, rows)), sort_keys=False)
+        class _NoAliases(yaml.SafeDumper):  # a dict shared by two fields is written out twice, not as &id001/*id001
+            def ignore_aliases(self, data):
+                return True
+
+        return yaml.dump(list(map(dict, rows)), Dumper=_NoAliases, sort_keys=False)
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)

@@ -202,6 +202,9 @@ def check_search_options(opts: SearchOptions) -> None:
                          "use --search flat")
     if opts.search == "staged" and opts.sampler == "grid":
         raise UsageError("--search staged with --sampler grid: the grid runs every combination once; use --search flat")
+    if opts.search == "staged" and (opts.num_nodes or 1) > 1:
+        raise UsageError(f"--search staged with --num-nodes {opts.num_nodes}: a multi-node study runs flat (its nodes follow one "
+                         "queue of full-budget trials); use --search flat")
 
 
 def default_study_name(model_file: str | Path) -> str:

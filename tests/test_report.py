@@ -214,3 +214,14 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
                          capture_output=True, text=True, timeout=120).stdout
     drawn = set(re.findall(r'id="figure-(\w+)"[^>]*class="[^"]*js-plotly-plot', dom)) | set(re.findall(r'class="[^"]*js-plotly-plot[^"]*"[^>]*id="figure-(\w+)"', dom))
     assert drawn == set(plotly_figures((tmp_path / "front.html").read_text())) and len(drawn) >= 5
+
+
+def test_yaml_rows_write_a_shared_value_out_not_as_an_alias():
+    import yaml
+
+    from autotune.report import render_rows
+
+    applied = {"pin_memory": False, "compiled": False}
+    text = render_rows([{"number": 0, "applied": applied, "ranks_applied": applied}], "yaml")
+    assert "&id" not in text and "*id" not in text
+    assert yaml.safe_load(text) == [{"number": 0, "applied": applied, "ranks_applied": applied}]

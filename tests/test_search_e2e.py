@@ -465,6 +465,7 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--enqueue", "typo.yaml", "--enqueue", "badvalue.yaml", "--trials", 3], "badvalue.yaml: lr must be a number, got 'fast'"),
         (["search", MODELS / "tiny.py", "--sampler", "grid"], "--sampler grid: knob 'lr' is a continuous range"),
         (["search", MODELS / "tiny.py", "--sampler", "bayes"], "unknown --sampler 'bayes'"),
+        (["search", MODELS / "tiny.py", "--search", "staged", "--num-nodes", 2], "--search staged with --num-nodes 2: a multi-node study runs flat"),
         (["search", MODELS / "tiny.py", "--pruner", "xyz"], "unknown --pruner 'xyz'"),
         (["search", MODELS / "tiny.py", "--memory-limit", -3], "--memory-limit must be > 0 GiB, got -3.0"),
     ],
