@@ -81,6 +81,22 @@ def key_of(spec) -> str:
     return json.dumps([sorted(spec["config"].items()), int(spec["samples"])])
 
 
+def _entry(outcome) -> dict:
+    """The cache entry of a measured :class:`autotune.runner.TrialOutcome`."""
+    return {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
+            "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+
+
+def _outcome(entry: dict):
+    """A :class:`autotune.runner.TrialOutcome` replayed from a cache entry, as if it ended now."""
+    from autotune.runner import TrialOutcome
+
+    now = time.time()
+    return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
+                        ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
+                        timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
+
+
 class Replay:
     """Stands in for :func:`autotune.runner.run_trial_process`: cached outcomes, a virtual clock."""
 
@@ -92,23 +108,17 @@ class Replay:
         self.measured_now = 0
 
     def __call__(self, spec, **kwargs):
-        from autotune.runner import TrialOutcome
-
         key = key_of(spec)
         if key not in self.cache:  # never measured (a stage-1 run): train it for real, once, warm like the grid
             outcome = self.real(spec, **{**kwargs, "pool": self.pool})
-            self.cache[key] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
-                               "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+            self.cache[key] = _entry(outcome)
             self.save()
             self.measured_now += 1
             self.start += outcome.wall_seconds  # the real training is counted once, as cached wall seconds
         entry = self.cache[key]
         self.trained += entry["wall_seconds"]
-        now = time.time()
         self.ends.append((time.monotonic() - self.start + self.trained, key))
-        return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
-                            ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
-                            timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
+        return _outcome(entry)
 
 
 class Record:
@@ -119,17 +129,11 @@ class Record:
         self.cache, self.real, self.save = cache, real, save
 
     def __call__(self, spec, **kwargs):
-        from autotune.runner import TrialOutcome
-
         entry = self.cache.get(key_of(spec))
         if entry is not None:
-            now = time.time()
-            return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
-                                ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
-                                timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
+            return _outcome(entry)
         outcome = self.real(spec, **kwargs)
-        self.cache[key_of(spec)] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
-                                    "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+        self.cache[key_of(spec)] = _entry(outcome)
         self.save()
         return outcome
 
@@ -179,16 +183,20 @@ def _figures(entry: dict) -> tuple[float, float]:
     return measured["samples_per_sec"], loss
 
 
-def score_table(example: str, cache: dict) -> dict:
-    """Score (samples/s if within tolerance of the baseline's loss, else 0) of every grid config."""
+def _feasible(sps: float, loss: float, baseline_loss: float) -> bool:
+    """Whether a measured config stays within the loss tolerance (5%) of the baseline's loss."""
     from autotune.objective import constraint_value
 
+    return math.isfinite(sps) and constraint_value(loss, baseline_loss, 0.05, "min") <= 0
+
+
+def score_table(example: str, cache: dict) -> dict:
+    """Score (samples/s if within tolerance of the baseline's loss, else 0) of every grid config."""
     base_sps, base_loss = _figures(cache["trials"][cache["baseline"][example]])
     scores = {}
     for key in cache["grid"][example]:
         sps, loss = _figures(cache["trials"][key])
-        ok = math.isfinite(sps) and constraint_value(loss, base_loss, 0.05, "min") <= 0
-        scores[key] = sps if ok else 0.0
+        scores[key] = sps if _feasible(sps, loss, base_loss) else 0.0
     best = max(scores.values())
     return {"scores": scores, "optimum": best, "baseline_loss": base_loss, "baseline_sps": base_sps,
             "optimum_config": json.loads(max(scores, key=scores.get))[0],
@@ -289,9 +297,10 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
         found = _run_tuner(spec, folder, timeout)
         cache["tuner"][f"{example}/{seed}"] = found
         save()
-    model, samples, lr = EXAMPLES[example]
+    lr = EXAMPLES[example][2]
     lrs = [found["lr"]] if found["lr"] is not None else [round(lr * f, 10) for f in (1.0, 3.0, 10.0)]
-    best = None
+    train = Record(cache["trials"], run_trial_process, save)  # each config trained once (cached)
+    tried = []
     for tuner_lr in lrs:
         # power scaling stops at the first batch size that fails or passes the training set; a batch
         # larger than the training set trains with the whole set per step, which is what is scored
@@ -300,20 +309,12 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
         trial_spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
                       "config_file": settings["config_file"], "user_config": settings.get("user_config"), "targets": settings["targets"],
                       "config": config, "samples": settings["samples"], "seed": settings["seed"]}
-        key = key_of(trial_spec)
-        if key not in cache["trials"]:
-            outcome = run_trial_process(trial_spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
-            cache["trials"][key] = {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
-                                    "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
-            save()
-        from autotune.objective import constraint_value
-
-        sps, loss = _figures(cache["trials"][key])
-        feasible = math.isfinite(sps) and constraint_value(loss, table["baseline_loss"], 0.05, "min") <= 0
-        score = sps if feasible else 0.0
-        if best is None or score > best[0] or (score == best[0] and loss < best[3]):
-            best = (score, tuner_lr, sps, loss, feasible, cache["trials"][key]["wall_seconds"])
-    score, tuner_lr, sps, loss, feasible, wall = best
+        train(trial_spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
+        entry = cache["trials"][key_of(trial_spec)]
+        sps, loss = _figures(entry)
+        feasible = _feasible(sps, loss, table["baseline_loss"])
+        tried.append((sps if feasible else 0.0, -loss, tuner_lr, sps, loss, feasible, entry["wall_seconds"]))
+    score, _, tuner_lr, sps, loss, feasible, wall = max(tried)  # the best score; among equal ones, the lowest loss
     seconds = found["seconds"] + wall
     run = {"method": "lightning tuner", "seed": seed, "best_percent": 100.0 * score / table["optimum"], "trials_run": 1, "seconds_run": seconds,
            "tuner_batch_size": found["batch_size"], "tuner_lr": tuner_lr, "lr_find_finished": found.get("lr_find_finished", True),
