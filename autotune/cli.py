@@ -182,15 +182,21 @@ def _cmd_show(args) -> int:
     if text is not None:
         print(text)
     else:
-        from autotune.study import confirmation_lines, frontier_lines
+        from autotune.study import confirmation, oom_frontier
+        from autotune.summary import confirmation_lines, frontier_lines
 
-        for line in (*frontier_lines(study), *confirmation_lines(study, settings)):
+        for line in (*frontier_lines(oom_frontier(study)), *confirmation_lines(confirmation(study, settings), settings["objective"])):
             print(line)
     return 0
 
 
 def _cmd_export(args) -> int:
-    from autotune.study import default_export_path, export_study, load_study, recommendation
+    from autotune.study import (
+        default_export_path,
+        export_study,
+        load_study,
+        recommendation,
+    )
 
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)

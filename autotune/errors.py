@@ -15,6 +15,7 @@ __all__ = [
     "StorageError",
     "StudyMismatchError",
     "BaselineFailedError",
+    "Interrupted",
 ]
 
 
@@ -67,3 +68,11 @@ FAIL_KINDS: dict[str, tuple[str, str]] = {
     "interrupted": ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
     "node_lost": ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
 }
+
+
+class Interrupted(AutotuneError):
+    """The user pressed Ctrl-C; ``resume`` is the command that continues the study."""
+
+    def __init__(self, resume: str):
+        super().__init__(f"interrupted; finished trials are kept. Resume with:\n  {resume}" if resume else "interrupted; finished trials are kept")
+        self.resume = resume

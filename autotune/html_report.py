@@ -247,12 +247,17 @@ def write_report(study, settings: Mapping[str, Any], out: Path, recommended=None
             f"{speedup:.2f}x the baseline (trial {baseline.number}, {baseline.user_attrs['samples_per_sec']:,.0f} samples/s); "
             f"config {html.escape(json.dumps(recommended.user_attrs.get('config', {})))}"
         )
-    from autotune.report import flops_line, input_bound_line, quality_line
-    from autotune.study import confirmation_lines
+    from autotune.study import confirmation
+    from autotune.summary import (
+        confirmation_lines,
+        flops_line,
+        input_bound_line,
+        quality_line,
+    )
 
     if recommended is not None and baseline is not None:
         extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings)]
-        summary.extend(html.escape(line) for line in (*extra, *confirmation_lines(study, settings)) if line)
+        summary.extend(html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings["objective"])) if line)
     summary.append(
         f"Objective {settings.get('objective')}, loss tolerance {settings.get('loss_tolerance', 0):.0%} on {settings.get('monitor')}, "
         f"{settings.get('samples')} training samples per trial."

@@ -6,6 +6,14 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
+from autotune.summary import (
+    confirmation_lines,
+    flops_line,
+    frontier_lines,
+    input_bound_line,
+    quality_line,
+)
+
 __all__ = ["ConsoleUI", "LiveUI", "make_ui", "trial_rows", "render_rows"]
 
 _COLUMNS = (
@@ -244,15 +252,15 @@ class ConsoleUI:
             self.console.print(f"  -> [red]{trial.state.name}[/red]: {attrs.get('fail_reason')}", markup=True, highlight=False)
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
+        from autotune.study import confirmation, confirmed_speed, oom_frontier
+
         rows = trial_rows(study, recommended.number if recommended else None)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings["objective"]))
         render_rows(complete[:10], "table", self.console, title=f"study {settings['study_name']}: best complete trials ({settings['objective']})")
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
             self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
-        from autotune.study import frontier_lines
-
-        for line in frontier_lines(study):
+        for line in frontier_lines(oom_frontier(study)):
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
         if runs and runs[-1].get("overhead_fraction") is not None:
@@ -271,14 +279,10 @@ class ConsoleUI:
                 markup=False,
             )
         if recommended is None:
-            from autotune.study import confirmation_lines
-
-            for line in confirmation_lines(study, settings):
+            for line in confirmation_lines(confirmation(study, settings), settings["objective"]):
                 self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
-        from autotune.study import confirmed_speed
-
         speed = confirmed_speed(study, settings)
         if speed is not None:
             sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
@@ -292,9 +296,8 @@ class ConsoleUI:
                 f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
                 f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
             )
-        from autotune.study import confirmation_lines
-
-        for line in (flops_line(recommended), quality_line(recommended, baseline), *confirmation_lines(study, settings)):
+        for line in (flops_line(recommended), quality_line(recommended, baseline),
+                     *confirmation_lines(confirmation(study, settings), settings["objective"])):
             if line:
                 self.console.print(line, markup=False)
         advice = input_bound_line(recommended, settings)
@@ -302,36 +305,6 @@ class ConsoleUI:
             self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
         if export_path is not None:
             self.console.print(f"config written to {export_path}", markup=False)
-
-
-def quality_line(trial, baseline) -> str | None:
-    """One line comparing the time to the baseline's loss of ``trial`` and of the baseline."""
-    mine, theirs = trial.user_attrs.get("time_to_target"), baseline.user_attrs.get("time_to_target")
-    if "target_reached" not in trial.user_attrs or theirs is None:
-        return None
-    if mine is None:
-        return "time to the baseline's training loss: never reached (its curve is not falling)"
-    how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
-    return (f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
-            f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster")
-
-
-def flops_line(trial) -> str | None:
-    """Model FLOPs per sample, FLOP/s and MFU of a trial, or None when they were not measured."""
-    attrs = trial.user_attrs
-    if not attrs.get("model_flops_per_sec"):
-        return None
-    mfu = f", MFU {attrs['mfu']:.1%} of the device's peak" if attrs.get("mfu") is not None else ""
-    return (f"model FLOPs: {attrs['flops_per_sample'] / 1e9:.4g} GFLOP per sample (forward + backward), "
-            f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}")
-
-
-def input_bound_line(trial, settings: Mapping[str, Any]) -> str | None:
-    """:func:`autotune.objective.input_bound_advice` for a stored trial of a study."""
-    from autotune.objective import input_bound_advice
-
-    accelerator = (settings.get("hardware") or {}).get("accelerator", "cpu")
-    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.get("space", {}), accelerator)
 
 
 def make_ui(quiet: bool = False) -> ConsoleUI:
@@ -355,7 +328,14 @@ class LiveUI(ConsoleUI):
     ROWS = 15
 
     def __init__(self, console=None):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         super().__init__(quiet=False)
         if console is not None:

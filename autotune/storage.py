@@ -22,11 +22,19 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import optuna
 
-__all__ = ["ResilientRDBStorage", "RETRY_SECONDS", "is_transient"]
+from autotune.errors import StorageError
+
+__all__ = ["ResilientRDBStorage", "RETRY_SECONDS", "is_transient", "mask_url", "open_storage"]
+
+#: Seconds between a running trial's heartbeats, and after which a silent trial is stale
+#: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
+HEARTBEAT_INTERVAL = 10
+HEARTBEAT_GRACE = 60
 
 #: Seconds a storage call keeps retrying a lost database before it raises (``AUTOTUNE_STORAGE_RETRY``).
 RETRY_SECONDS = 120.0
@@ -113,3 +121,100 @@ for _name in dir(optuna.storages.RDBStorage):
     public = not _name.startswith("_") or _name in _PRIVATE_CALLS
     if public and _name not in _NOT_RETRIED and callable(_method) and not isinstance(_method, type):
         setattr(ResilientRDBStorage, _name, _wrap(_name, _method))
+
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def mask_url(url: str) -> str:
+    """The storage URL with any password replaced by ``***``."""
+    if "://" not in url or "@" not in url:
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a SQLAlchemy URL: mask user:password@ by hand
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+
+
+def _heartbeat_kwargs() -> dict[str, Any]:
+    import optuna
+
+    def stale(study, trial) -> None:
+        study.set_user_attr(f"stale_trial_{trial.number}", "stale: its worker stopped sending heartbeats (killed, or its machine lost); retried once")
+        optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
+
+    return {
+        "heartbeat_interval": int(os.environ.get("AUTOTUNE_HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL)),
+        "grace_period": int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE", HEARTBEAT_GRACE)),
+        "heartbeat_stale_trial_callback": stale,
+    }
+
+
+def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
+    """An Optuna RDB storage for ``url``.
+
+    SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
+    (any other folder must exist). Calls ride out a database that is briefly unreachable
+    (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
+    silent for the grace period is failed as stale and retried once (processes that run trials).
+
+    Raises:
+        StorageError: Unknown scheme or driver, unreachable server, or (``create=False``) a SQLite
+            file that does not exist. The message shows the URL without its password.
+    """
+    import optuna
+
+    path = _sqlite_path(url)
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
+        raise StorageError(f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db")
+    if path is not None:
+        if not create and not path.is_file():
+            raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
+        if path.is_dir():
+            raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
+        if create and not path.parent.exists():
+            if path.parent != Path("studies"):
+                raise StorageError(f"storage {url!r}: folder {str(path.parent)!r} does not exist; create it first")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            raise StorageError(f"storage {url!r}: {str(path.parent)!r} is not a folder")
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    elif "://" not in url:
+        raise StorageError(f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db")
+    import warnings
+
+    masked = mask_url(url)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                from autotune.storage import ResilientRDBStorage
+
+                return ResilientRDBStorage(url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {}))
+        except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
+            detail = (str(e).splitlines()[0] if str(e) else type(e).__name__).replace(url, masked)
+            if "upgrade" in str(e) and "storage" in str(e):
+                raise StorageError(
+                    f"the database {masked!r} was made by an older Optuna and needs a schema upgrade; back it up, then run: "
+                    f"optuna storage upgrade --storage {masked}"
+                ) from None
+            racing = type(e).__name__ in ("IntegrityError", "ProgrammingError") or (
+                type(e).__name__ == "OperationalError" and ("locked" in detail or "already exists" in detail)
+            )
+            if attempt < 2 and racing:
+                # another process is creating the same tables right now: try again once they exist
+                time.sleep(0.5 + attempt)
+                continue
+            raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
+    raise AssertionError("unreachable")
+

@@ -441,7 +441,8 @@ def main(argv=None) -> int:
 def _settings_for(example: str, folder: Path) -> dict:
     """The settings a study of ``example`` would store (its ground truth study came from the cache)."""
     from autotune.report import ConsoleUI
-    from autotune.study import SearchOptions, _create_settings
+    from autotune.study import SearchOptions
+    from autotune.study.settings import _create_settings
 
     model, samples, lr = EXAMPLES[example]
     opts = SearchOptions(model_file=str(model), samples=samples, space_file=str(folder / f"{example}.space.yaml"), study_name=example)

@@ -38,7 +38,8 @@ def test_the_memory_model_rules_out_batches_above_its_precision_maximum():
     import optuna
 
     from autotune.config import TrialConfig
-    from autotune.study import SETTINGS_ATTR, _predicted_oom
+    from autotune.study.memory import _predicted_oom
+    from autotune.study.settings import SETTINGS_ATTR
 
     study = optuna.create_study()
     study.set_user_attr(SETTINGS_ATTR, {"devices": 1, "memory_limit_gib": 80.0, "memory_model_margin": 0.1,

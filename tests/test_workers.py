@@ -203,7 +203,8 @@ def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatc
     import threading
 
     from autotune.report import ConsoleUI
-    from autotune.study import SearchOptions, _fail_stale, open_storage, run_search
+    from autotune.study import SearchOptions, open_storage, run_search
+    from autotune.study.queue import _fail_stale
 
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_INTERVAL", "1")
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE", "2")

@@ -1,0 +1,94 @@
+"""The study: the single source of truth of a search, one concern per module.
+
+The Optuna study holds everything. Its user attribute ``autotune`` holds the settings the study was
+created with (model file, classes, space, objective, budget, hardware), so any later command
+(``search`` again to resume, ``show``, ``export``, ``dashboard``) needs only the storage and the
+study name. Each trial stores its config and measurements as user attributes, and a failed trial its
+``fail_kind`` and ``fail_reason``. Nothing is ever deleted.
+
+Modules, in the order a search uses them:
+
+- :mod:`~autotune.study.options`: what the user asked for (:class:`SearchOptions`), every default, the checks before anything is created.
+- :mod:`~autotune.study.settings`: the study's settings (model inspection, baseline, resolved space); create, load, check on resume.
+- :mod:`~autotune.study.probe`: the memory model's probes before the search.
+- :mod:`~autotune.study.search`: entry points, :func:`run_search` and :func:`run_worker`, and the confirmation runs.
+- :mod:`~autotune.study.staged`: the ``--search staged`` policy.
+- :mod:`~autotune.study.queue`: the shared budget of WAITING trials, claimed and drained with ``--jobs``; Ctrl-C.
+- :mod:`~autotune.study.trial`: run one claimed trial (child process, heartbeat, pruning watcher).
+- :mod:`~autotune.study.tell`: what a finished, duplicate, pruned or interrupted trial stores.
+- :mod:`~autotune.study.records`: read-only queries: baseline, duplicates, confirmation groups, the recommendation.
+- :mod:`~autotune.study.memory`: the OOM frontier over the study's trials.
+- :mod:`~autotune.study.publish`: the exported LightningCLI YAML and the dashboard note.
+
+Storage URLs and opening live in :mod:`autotune.storage`; result sentences in :mod:`autotune.summary`.
+"""
+
+from autotune.errors import Interrupted
+from autotune.storage import mask_url, open_storage
+from autotune.study.memory import oom_frontier
+from autotune.study.options import (
+    DEFAULTS,
+    ENV_STORAGE,
+    SearchOptions,
+    check_out_path,
+    check_search_options,
+    default_search,
+    default_storage,
+    default_study_name,
+    resolve_storage,
+)
+from autotune.study.publish import default_export_path, export_study
+from autotune.study.queue import drain_queue
+from autotune.study.records import (
+    confirm_candidates,
+    confirmation,
+    confirmed_speed,
+    recommendation,
+    records_of,
+)
+from autotune.study.search import SearchResult, run_search, run_worker
+from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR, load_study
+from autotune.study.staged import (
+    screen_points,
+    stage2_round,
+    staged_plan,
+    system_budget,
+    system_part,
+    top_system_configs,
+)
+
+__all__ = [
+    "BASELINE_ATTR",
+    "DEFAULTS",
+    "ENV_STORAGE",
+    "SETTINGS_ATTR",
+    "Interrupted",
+    "SearchOptions",
+    "SearchResult",
+    "check_out_path",
+    "check_search_options",
+    "confirm_candidates",
+    "confirmation",
+    "confirmed_speed",
+    "default_export_path",
+    "default_search",
+    "default_storage",
+    "default_study_name",
+    "drain_queue",
+    "export_study",
+    "load_study",
+    "mask_url",
+    "oom_frontier",
+    "open_storage",
+    "recommendation",
+    "records_of",
+    "resolve_storage",
+    "run_search",
+    "run_worker",
+    "screen_points",
+    "stage2_round",
+    "staged_plan",
+    "system_budget",
+    "system_part",
+    "top_system_configs",
+]

@@ -1,0 +1,221 @@
+"""What ``autotune search`` was asked to do: :class:`SearchOptions`, the only home of the defaults
+(flags and environment variables), and the checks that run before anything is created."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.errors import UsageError
+from autotune.objective import OBJECTIVES, validate_tolerance
+from autotune.pruning import PRUNERS, make_pruner
+from autotune.samplers import SAMPLERS
+
+#: Environment variable read when ``--storage`` is not given.
+ENV_STORAGE = "AUTOTUNE_STORAGE"
+
+
+#: Environment variable giving ``--confirm``'s default (else :data:`DEFAULT_CONFIRM`).
+ENV_CONFIRM = "AUTOTUNE_CONFIRM"
+
+
+#: Configs confirmed after the search by default (besides the baseline).
+DEFAULT_CONFIRM = 3
+
+
+#: Environment variable giving ``--pruner``'s default (else ``median``).
+ENV_PRUNER = "AUTOTUNE_PRUNER"
+
+
+#: Environment variable giving ``--search``'s default.
+ENV_SEARCH = "AUTOTUNE_SEARCH"
+
+
+#: Values of ``--search`` (see :func:`staged_plan`).
+SEARCHES = ("staged", "flat")
+
+
+DEFAULTS = {
+    "objective": "throughput",
+    "loss_tolerance": 0.05,
+    "monitor": "val_loss",
+    "mode": "min",
+    "samples": 8192,
+    "trial_timeout": 900.0,
+    "seed": 0,
+}
+
+
+
+
+#: Seconds a worker waits for the creator of a new study to queue its baseline.
+BASELINE_WAIT = 120
+
+
+@dataclass
+class SearchOptions:
+    """What ``autotune search`` was asked to do; ``None`` means "the study's value, else the default"."""
+
+    model_file: str
+    trials: int = 20
+    model_class: str | None = None
+    data_class: str | None = None
+    config_file: str | None = None
+    space_file: str | None = None
+    objective: str | None = None
+    loss_tolerance: float | None = None
+    monitor: str | None = None
+    mode: str | None = None
+    samples: int | None = None
+    trial_timeout: float | None = None
+    devices: int | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    out: str | None = None
+    seed: int | None = None
+    jobs: int = 1
+    cold: bool = False
+    num_nodes: int | None = None
+    node_rank: int | None = None
+    node_group: str | None = None
+    sampler: str | None = None
+    memory_limit: float | None = None
+    memory_margin: float = 0.1
+    pruner: str | None = None
+    pruner_startup: int = 5
+    enqueue: list[str] | None = None
+    confirm: int | None = None
+    confirm_repeats: int = 3
+    confirm_samples: int | None = None
+    search: str | None = None
+
+
+def check_search_options(opts: SearchOptions) -> None:
+    """Validate the numeric and choice flags of a search.
+
+    Raises:
+        UsageError: ``--trials`` < 1, ``--samples`` < 1, ``--trial-timeout`` <= 0, ``--devices`` < 1,
+            an unknown ``--objective`` or ``--mode``, or ``--loss-tolerance`` outside ``[0, 1)``.
+    """
+
+    if opts.trials < 1:
+        raise UsageError(f"--trials must be >= 1 (the number of trials this run adds), got {opts.trials}")
+    if opts.samples is not None and opts.samples < 1:
+        raise UsageError(f"--samples must be >= 1 (training samples per trial), got {opts.samples}")
+    if opts.trial_timeout is not None and not opts.trial_timeout > 0:
+        raise UsageError(f"--trial-timeout must be > 0 seconds, got {opts.trial_timeout}")
+    if opts.devices is not None and opts.devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {opts.devices}")
+    if opts.num_nodes is not None and opts.num_nodes < 1:
+        raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
+
+
+    if opts.memory_limit is not None and not opts.memory_limit > 0:
+        raise UsageError(f"--memory-limit must be > 0 GiB, got {opts.memory_limit}")
+    if not 0 <= opts.memory_margin < 1:
+        raise UsageError(f"--memory-margin must be a fraction in [0, 1) (0.1 keeps 10% free), got {opts.memory_margin}")
+    for file in opts.enqueue or []:
+        if not Path(file).is_file():
+            raise UsageError(f"--enqueue {file!r} does not exist; give a LightningCLI YAML such as an autotune export")
+    if opts.confirm is None:
+        _env_confirm()  # a bad $AUTOTUNE_CONFIRM stops the run before any trial
+    if opts.pruner is None and os.environ.get(ENV_PRUNER) and os.environ[ENV_PRUNER] not in PRUNERS:
+        raise UsageError(f"${ENV_PRUNER}={os.environ[ENV_PRUNER]!r} must be one of {list(PRUNERS)} (the default of --pruner)")
+    make_pruner(opts.pruner or _env_pruner(), opts.pruner_startup)  # raises on a bad name or count
+    if opts.sampler is not None and opts.sampler not in SAMPLERS:
+        raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
+    if opts.confirm is not None and opts.confirm < 0:
+        raise UsageError(f"--confirm must be >= 0 (configs re-run before recommending; 0 turns it off), got {opts.confirm}")
+    if opts.confirm_repeats < 1:
+        raise UsageError(f"--confirm-repeats must be >= 1, got {opts.confirm_repeats}")
+    if opts.confirm_samples is not None and opts.confirm_samples < 1:
+        raise UsageError(f"--confirm-samples must be >= 1 (training samples per confirmation run), got {opts.confirm_samples}")
+    if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
+        raise UsageError(f"--jobs {opts.jobs} with --num-nodes {opts.num_nodes}: a multi-node trial takes whole nodes; use --jobs 1")
+    if opts.objective is not None and opts.objective not in OBJECTIVES:
+        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}")
+    if opts.mode is not None and opts.mode not in ("min", "max"):
+        raise UsageError(f"--mode must be 'min' or 'max', got {opts.mode!r}")
+    if opts.loss_tolerance is not None:
+        validate_tolerance(opts.loss_tolerance)
+    if opts.search is not None and opts.search not in SEARCHES:
+        raise UsageError(f"unknown --search {opts.search!r}; choose one of {list(SEARCHES)} (docs/search.md)")
+    if opts.search is None and os.environ.get(ENV_SEARCH) and os.environ[ENV_SEARCH] not in SEARCHES:
+        raise UsageError(f"${ENV_SEARCH}={os.environ[ENV_SEARCH]!r} must be one of {list(SEARCHES)} (the default of --search)")
+    if opts.search == "staged" and opts.objective not in (None, "throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {opts.objective}; "
+                         "use --search flat")
+    if opts.search == "staged" and opts.sampler == "grid":
+        raise UsageError("--search staged with --sampler grid: the grid runs every combination once; use --search flat")
+    if opts.search == "staged" and (opts.num_nodes or 1) > 1:
+        raise UsageError(f"--search staged with --num-nodes {opts.num_nodes}: a multi-node study runs flat (its nodes follow one "
+                         "queue of full-budget trials); use --search flat")
+
+
+def default_study_name(model_file: str | Path) -> str:
+    """The file's stem, or its folder's name for ``model.py`` (``examples/digits/model.py`` -> ``digits``)."""
+    path = Path(model_file).resolve()
+    return path.parent.name if path.stem == "model" else path.stem
+
+
+def default_storage(study_name: str) -> str:
+    """``sqlite:///studies/<name>.db``, relative to the working directory."""
+    return f"sqlite:///studies/{study_name}.db"
+
+
+def resolve_storage(storage: str | None, study_name: str) -> str:
+    """``--storage``, else ``$AUTOTUNE_STORAGE``, else :func:`default_storage`."""
+    return storage or os.environ.get(ENV_STORAGE) or default_storage(study_name)
+
+
+def _env_pruner() -> str:
+    """``--pruner``'s default: ``$AUTOTUNE_PRUNER`` or ``median`` (checked by ``make_pruner``)."""
+    return os.environ.get(ENV_PRUNER) or "median"
+
+
+def _env_confirm() -> int:
+    """``--confirm``'s default: ``$AUTOTUNE_CONFIRM`` or :data:`DEFAULT_CONFIRM`.
+
+    Raises:
+        UsageError: The variable is not an integer >= 0.
+    """
+    value = os.environ.get(ENV_CONFIRM)
+    if value is None or value == "":
+        return DEFAULT_CONFIRM
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise UsageError(f"${ENV_CONFIRM}={value!r} must be an integer >= 0 (the default of --confirm)")
+    return number
+
+
+def default_search(settings: Mapping[str, Any]) -> str:
+    """``--search``'s default for a study: ``flat`` for ``time-to-quality`` and ``pareto``, whose
+    figures need the full budget; for the rate objectives (``throughput``, ``goodput``), whose
+    stage-1 figure a short run measures, ``$AUTOTUNE_SEARCH`` if set, else ``staged`` (the
+    benchmark ``benchmarks/search_efficiency.py`` decides; docs/search.md)."""
+    rate = settings["objective"] in ("throughput", "goodput")
+    value = os.environ.get(ENV_SEARCH)
+    if value:
+        return value if rate else "flat"
+    return "staged" if rate else "flat"
+
+
+def check_out_path(out: Path) -> None:
+    """Check that a YAML can be written at ``out``.
+
+    Raises:
+        UsageError: ``out`` is a folder, or a part of its folder path is a file.
+    """
+    if out.is_dir():
+        raise UsageError(f"--out {str(out)!r} is a folder; give a file path such as {str(out / 'best.yaml')!r}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a folder")
+            break
+

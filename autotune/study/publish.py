@@ -1,0 +1,100 @@
+"""What a search publishes: the LightningCLI YAML of the recommendation, and its note in optuna-dashboard."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from autotune.config import TrialConfig
+from autotune.export import lightning_cli_config, render_yaml
+from autotune.hardware import Hardware
+from autotune.loader import read_user_config
+from autotune.storage import _sqlite_path, mask_url
+from autotune.study.options import check_out_path
+from autotune.study.records import _budget, confirmation, confirmed_speed
+from autotune.summary import (
+    confirmation_lines,
+    flops_line,
+    input_bound_line,
+    quality_line,
+    speedup_line,
+)
+
+
+def default_export_path(storage_url: str, study_name: str) -> Path:
+    """``<folder of the SQLite file>/<name>.best.yaml``, or ``studies/<name>.best.yaml``."""
+    path = _sqlite_path(storage_url)
+    folder = path.parent if path is not None else Path("studies")
+    return folder / f"{study_name}.best.yaml"
+
+
+def _versions() -> str:
+
+    parts = []
+    for name in ("torch", "lightning", "optuna", "autotune"):
+        try:
+            parts.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            continue
+    return ", ".join(parts)
+
+
+def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path, storage_url: str) -> Path:
+    """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
+
+    config = TrialConfig.from_dict(trial.user_attrs["config"])
+    user_config = settings.get("user_config") or read_user_config(None)
+    doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None,
+                                      model_info=settings.get("model_info"), baseline=TrialConfig.from_dict(settings["baseline_config"]))
+    doc = {**user_config.get("extra", {}), **doc}
+    loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
+    source = trial.user_attrs.get("loss_source", settings["monitor"])
+    measured = speedup_line(confirmed_speed(study, settings), trial, baseline)
+    header = [
+        "autotune recommendation (LightningCLI config)",
+        f"study: {settings['study_name']} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
+        measured,
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
+        *confirmation_lines(confirmation(study, settings), settings["objective"]),
+        f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
+        *([flops] if (flops := flops_line(trial)) else []),
+        *([quality] if (quality := quality_line(trial, baseline)) else []),
+        *([advice] if (advice := input_bound_line(trial, settings)) else []),
+        f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
+        f"versions: {_versions()}",
+        f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
+        "",
+    ]
+    check_out_path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_yaml(doc, header, notes))
+    return out
+
+
+def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
+    """Save the recommendation as the study's note in optuna-dashboard (best effort)."""
+    try:
+        from optuna_dashboard import save_note
+    except ImportError:  # pragma: no cover - optuna-dashboard is a dependency
+        return
+
+    config = trial.user_attrs["config"]
+    sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+    rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in config.items())
+    note = (
+        f"## autotune recommendation: trial {trial.number}\n\n"
+        f"**{sps:,.0f} samples/s**, {sps / b_sps:.2f}x the baseline (trial {baseline.number}, {b_sps:,.0f} samples/s); "
+        f"{trial.user_attrs.get('loss_source')} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
+        f"(tolerance {settings['loss_tolerance']:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
+        f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
+    )
+    for line in (quality_line(trial, baseline), input_bound_line(trial, settings)):
+        if line:
+            note += f"\n{line}\n"
+    try:
+        save_note(study, note)
+    except Exception as e:  # the note is a convenience; the export already succeeded
+        ui.warn(f"could not save the dashboard note: {e}")
+

@@ -1,0 +1,196 @@
+"""Read-only queries over a study's trials: the baseline, search records, duplicates, confirmation
+groups, and the recommendation."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Mapping
+
+import optuna
+
+from autotune.config import TrialConfig
+from autotune.confirm import ConfirmGroup, pick
+from autotune.objective import TrialRecord, directions, recommend
+from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR
+
+
+def _budget(attrs: Mapping[str, Any], settings: Mapping[str, Any]) -> int:
+    """Training samples of a trial: a confirmation run's or a stage-1 run's own budget, else the study's ``samples``."""
+    return int(attrs.get("confirm_samples") or attrs.get("trial_samples") or settings["samples"])
+
+
+def records_of(study) -> list:
+    """:class:`~autotune.objective.TrialRecord` of every trial of a study."""
+
+
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        out.append(
+            TrialRecord(
+                number=t.number,
+                complete=t.state == optuna.trial.TrialState.COMPLETE,
+                samples_per_sec=float(attrs.get("samples_per_sec", math.nan)),
+                loss=float(attrs.get("loss", math.nan)),
+                baseline=bool(attrs.get("baseline", False)),
+                time_to_target=_seconds_to_target(attrs),
+                target_reached=bool(attrs.get("target_reached", False)),
+                goodput=float(attrs.get("goodput", math.nan)),
+            )
+        )
+    return out
+
+
+def _seconds_to_target(attrs: Mapping[str, Any]) -> float:
+    """A trial's stored ``time_to_target``: ``inf`` when stored as None (never reached), NaN when absent."""
+    if "time_to_target" not in attrs:
+        return math.nan
+    value = attrs["time_to_target"]
+    return math.inf if value is None else float(value)
+
+
+def _first_baseline(study) -> int | None:
+    """Number of the study's baseline trial: its first baseline-flagged trial that did not fail."""
+    numbers = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name != "FAIL"]
+    return min(numbers) if numbers else None
+
+
+def _baseline_pending(study) -> bool:
+    """Whether a baseline trial is waiting or running (so its result is still to come)."""
+    return any(
+        t.user_attrs.get("baseline") and t.state.name in ("WAITING", "RUNNING") for t in study.get_trials(deepcopy=False)
+    )
+
+
+def _search_records(study) -> list:
+    """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them
+    incomparable) and duplicates (their figures are another trial's)."""
+    every = study.get_trials(deepcopy=False)
+    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs
+            and "duplicate_of" not in every[r.number].user_attrs and "trial_samples" not in every[r.number].user_attrs]
+
+
+def _measured_before(study, number: int, config: TrialConfig, budget: int):
+    """The first completed search trial (not a confirmation run, nor itself a duplicate) with the same
+    config and training budget as trial ``number``, or ``None``."""
+
+    wanted, settings = config.to_dict(), study.user_attrs.get(SETTINGS_ATTR, {})
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if (t.number != number and attrs.get("config") == wanted and "confirm_of" not in attrs and "duplicate_of" not in attrs
+                and _budget(attrs, settings) == budget):
+            return t
+    return None
+
+
+def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
+    """The ``k`` best distinct feasible configs of the search (by the objective), baseline excluded, as frozen trials."""
+
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return []
+    every = study.get_trials(deepcopy=False)
+    remaining = _search_records(study)
+    seen = [every[baseline_info["trial"]].params]
+    picked = []
+    while len(picked) < k:
+        best = recommend(remaining, baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+        if best is None:
+            break
+        remaining = [r for r in remaining if r.number != best.number]
+        if every[best.number].params not in seen:
+            seen.append(every[best.number].params)
+            picked.append(every[best.number])
+    return picked
+
+
+def confirmation(study, settings: Mapping[str, Any]):
+    """The confirmation groups of the study's latest confirmation budget, and the :class:`autotune.confirm.Pick`.
+
+    Returns:
+        ``(groups, pick, samples)``, or ``None`` when the study has no confirmation run.
+    """
+
+    every = study.get_trials(deepcopy=False)
+    runs = [t for t in every if "confirm_of" in t.user_attrs]
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if not runs or baseline_info is None:
+        return None
+    samples = runs[-1].user_attrs["confirm_samples"]
+    runs = [t for t in runs if t.user_attrs["confirm_samples"] == samples]
+    baseline_params = every[baseline_info["trial"]].params
+    groups = []
+    for number in dict.fromkeys(t.user_attrs["confirm_of"] for t in runs):
+        mine = [t for t in runs if t.user_attrs["confirm_of"] == number]
+        complete = [t for t in mine if t.state.name == "COMPLETE"]
+        params = every[number].params
+        groups.append(ConfirmGroup(
+            number=number,
+            values=tuple(_objective_value(t, settings["objective"]) for t in complete),
+            losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
+            failed=sum(t.state.name == "FAIL" for t in mine),
+            distance=sum(params.get(name) != value for name, value in baseline_params.items()),
+            baseline=number == baseline_info["trial"],
+            runs=tuple(t.number for t in complete),
+        ))
+    maximize = directions(settings["objective"], settings["mode"])[0] == "maximize"
+    return groups, pick(groups, maximize, settings["loss_tolerance"], settings["mode"]), samples
+
+
+def _objective_value(trial, objective: str) -> float:
+    """The figure a confirmation run is judged by (samples/s for ``throughput`` and ``pareto``)."""
+    attrs = trial.user_attrs
+    if objective == "time-to-quality":
+        return _seconds_to_target(attrs)
+    if objective == "goodput":
+        return float(attrs.get("goodput", math.nan))
+    return float(attrs.get("samples_per_sec", math.nan))
+
+
+def recommendation(study, settings: Mapping[str, Any]):
+    """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``).
+
+    When the study has confirmation runs, the recommendation is the confirmed config
+    :func:`autotune.confirm.pick` chooses, represented by its run closest to its median, and the
+    baseline likewise by its median confirmation run (both at the confirmation budget); otherwise
+    the best single search trial and the baseline trial.
+    """
+
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return None, None
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    baseline = trials.get(baseline_info["trial"])
+    confirmed = confirmation(study, settings)
+    if confirmed is not None:
+        groups, choice, _ = confirmed
+        base_group = next((g for g in groups if g.baseline), None)
+        if base_group is not None and base_group.median_run() is not None:
+            baseline = trials[base_group.median_run()]
+        return (trials[choice.chosen.median_run()] if choice.chosen else None), baseline
+    best = recommend(_search_records(study), baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+    return (trials[best.number] if best else None), baseline
+
+
+def confirmed_speed(study, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Median samples/s of the recommended confirmed config's runs and of the baseline's, or ``None``.
+
+    Returns:
+        ``{"trial", "samples_per_sec", "runs", "baseline_trial", "baseline_samples_per_sec", "baseline_runs", "samples"}``.
+    """
+
+    confirmed = confirmation(study, settings)
+    if confirmed is None or confirmed[1].chosen is None:
+        return None
+    groups, choice, samples = confirmed
+    base = next((g for g in groups if g.baseline), None)
+    every = study.get_trials(deepcopy=False)
+
+    def speed(group) -> float:
+        return statistics.median(every[n].user_attrs["samples_per_sec"] for n in group.runs) if group and group.runs else math.nan
+
+    return {"trial": choice.chosen.number, "samples_per_sec": speed(choice.chosen), "runs": len(choice.chosen.runs),
+            "baseline_trial": base.number if base else None, "baseline_samples_per_sec": speed(base),
+            "baseline_runs": len(base.runs) if base else 0, "samples": samples}
+

@@ -1,0 +1,311 @@
+"""Entry points: ``autotune search`` (:func:`run_search`), ``autotune worker`` (:func:`run_worker`), and the
+confirmation runs after a search."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import optuna
+import yaml
+
+from autotune.config import TrialConfig
+from autotune.errors import StudyMismatchError, UsageError
+from autotune.export import config_from_lightning_cli
+from autotune.loader import check_model_file
+from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
+from autotune.objective import directions
+from autotune.samplers import grid_size, make_sampler
+from autotune.space import params_of
+from autotune.storage import _sqlite_path, mask_url, open_storage
+from autotune.study.options import (
+    SearchOptions,
+    _env_confirm,
+    _env_pruner,
+    check_out_path,
+    check_search_options,
+    default_search,
+    default_study_name,
+    resolve_storage,
+)
+from autotune.study.publish import _save_note, default_export_path, export_study
+from autotune.study.queue import drain_queue
+from autotune.study.records import _baseline_pending, confirm_candidates, recommendation
+from autotune.study.settings import (
+    _METRIC_NAMES,
+    BASELINE_ATTR,
+    SETTINGS_ATTR,
+    _check_resume,
+    _create_settings,
+    _study_names,
+    _with_study_values,
+    load_study,
+)
+from autotune.study.staged import _staged_search
+
+
+@dataclass
+class SearchResult:
+    """What a search run ended with."""
+
+    study_name: str
+    storage: str
+    trials_run: int
+    recommended: Any  # optuna FrozenTrial or None
+    baseline: Any
+    export_path: Path | None
+
+
+def _make_sampler(settings: Mapping[str, Any], seed_offset: int, name: str | None = None):
+    """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
+    each trial's loss constraint, ``Trial.set_constraint``)."""
+
+    # the grid's point numbering comes from its seed: every run of a study must use the same one
+    offset = 0 if name == "grid" else seed_offset
+    return make_sampler(name or "tpe", settings["space"], int(settings["seed"]) + offset)
+
+
+def run_search(opts: SearchOptions, ui) -> SearchResult:
+    """Create or resume a study and add ``opts.trials`` trials to it, then export the recommendation.
+
+    The first trial of a new study (or of a study whose baseline never completed) is the baseline:
+    the model's own config. If the baseline fails, the search stops with :class:`BaselineFailedError`
+    (its failed trial stays in the study).
+
+    Raises:
+        UsageError: Bad input (file, space, storage, flags, or settings that differ from the study's).
+        BaselineFailedError: The baseline trial failed.
+        Interrupted: Ctrl-C; the running trial is stored as failed, finished trials are kept.
+    """
+
+
+    check_search_options(opts)
+    if (opts.num_nodes or 1) > 1:
+        _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
+    elif opts.node_rank not in (None, 0):
+        raise UsageError(f"--node-rank {opts.node_rank}: autotune search is always node rank 0; "
+                         "run `autotune worker --node-rank K` on the other nodes of a --num-nodes study")
+    model_file = check_model_file(opts.model_file)
+    if opts.out:
+        check_out_path(Path(opts.out))
+    study_name = opts.study_name or default_study_name(model_file)
+    storage_url = resolve_storage(opts.storage, study_name)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sqlite_path = _sqlite_path(storage_url)
+    settings = None
+    seeds = None
+    if sqlite_path is not None and not sqlite_path.exists():
+        # a new database: check the model before creating any file, so bad input leaves nothing behind
+        settings = _create_settings(opts, model_file, study_name, ui)
+        seeds = _check_run_inputs(opts, settings, new_study=True)
+    storage = open_storage(storage_url, heartbeat=True)
+    if study_name in _study_names(storage):
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        settings = study.user_attrs.get(SETTINGS_ATTR)
+        if settings is None:
+            raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
+        _check_resume(settings, opts, model_file)
+        if study.user_attrs.get(BASELINE_ATTR) is None:
+            # no baseline yet (it failed): the model or its config may have been fixed, so look again
+            fresh = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
+            study.set_user_attr(SETTINGS_ATTR, fresh)
+            settings = fresh
+        if opts.trial_timeout is not None:
+            settings = {**settings, "trial_timeout": opts.trial_timeout}
+        seeds = _check_run_inputs(opts, settings)
+        ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
+    else:
+        if settings is None:
+            settings = _create_settings(opts, model_file, study_name, ui)
+            seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
+        try:
+            study = optuna.create_study(
+                study_name=study_name,
+                storage=storage,
+                directions=directions(settings["objective"], settings["mode"]),
+            )
+        except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
+            study = optuna.load_study(study_name=study_name, storage=storage)
+        study.set_user_attr(SETTINGS_ATTR, settings)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
+        ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
+    study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
+    room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
+    if len(seeds) > room:
+        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {max(0, room)} "
+                         "after the baseline; raise --trials")
+    leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
+    ui.search_started(settings, opts.trials)
+    add = opts.trials
+    if opts.sampler == "grid":
+
+        left = grid_size(settings["space"]) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
+        if left < add:
+            ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
+            add = max(0, left)
+    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
+    if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
+                         "use --search flat")
+    run_id = f"{os.getpid()}-{time.time():.0f}"
+    drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
+                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
+    if search == "staged":
+        ran = _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
+    else:
+        ran = drain(add=add, seeds=seeds)
+    confirm = opts.confirm if opts.confirm is not None else _env_confirm()
+    if confirm and leader is None:
+        ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
+                        jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, run_id=run_id)
+    elif confirm:
+        ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
+    recommended, baseline = recommendation(study, settings)
+    export_path = None
+    if recommended is not None:
+        export_path = Path(opts.out) if opts.out else default_export_path(storage_url, study_name)
+        export_study(study, settings, recommended, baseline, export_path, storage_url)
+        _save_note(study, settings, recommended, baseline, export_path, ui)
+    return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:
+    """Check what needs the study's space (``--sampler grid``, ``--enqueue``) before the study is
+    created or changed. Returns the ``--enqueue`` seeds.
+
+    Raises:
+        UsageError: As :func:`autotune.samplers.make_sampler` and :func:`_seeds`.
+    """
+
+    make_sampler(opts.sampler or "tpe", settings["space"], int(settings["seed"]))
+    seeds = _seeds(opts.enqueue or [], settings)
+    if new_study and len(seeds) > opts.trials - 1:
+        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {opts.trials - 1} "
+                         "after the baseline; raise --trials")
+    return seeds
+
+
+def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, dict]]:
+    """``(params, {"seeded_from": file})`` of each ``--enqueue`` file (a LightningCLI YAML, such as an export).
+
+    Raises:
+        UsageError: A missing or unreadable file, not YAML, not a LightningCLI config, or a value
+            outside the study's space.
+    """
+
+
+    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    seeds = []
+    for file in files:
+        path = Path(file)
+        if not path.is_file():
+            raise UsageError(f"--enqueue {file!r} does not exist; give a LightningCLI YAML such as an autotune export")
+        try:
+            document = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise UsageError(f"--enqueue {file!r} is not valid YAML ({getattr(e, 'problem', e)})") from None
+        config = config_from_lightning_cli(document, settings["targets"], baseline, source=file, searched=settings["space"])
+        seeds.append((params_of(config, settings["space"], baseline, source=file), {"seeded_from": str(path)}))
+    return seeds
+
+
+def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
+             run_id: str | None = None) -> int:
+    """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if baseline_info is None:
+        return 0
+    every = study.get_trials(deepcopy=False)
+    targets = [every[baseline_info["trial"]], *confirm_candidates(study, settings, k)]
+    queued = 0
+    for original in targets:
+        # runs of the same config (whichever search trial found it) at the same budget count
+        done = [t for t in every if "confirm_of" in t.user_attrs and t.params == original.params and t.user_attrs.get("confirm_samples") == samples]
+        for _ in range(max(0, repeats - len(done))):
+            study.enqueue_trial(dict(original.params), user_attrs={"confirm_of": original.number, "confirm_samples": samples})
+            queued += 1
+    if not queued:
+        return 0
+    which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
+    ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
+    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm", run_id=run_id)
+
+
+def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
+    """The node identity of ``autotune search``, which must be node rank 0.
+
+    Raises:
+        UsageError: A node rank outside ``[0, num_nodes)``, or other than 0.
+    """
+
+    identity = node_identity(num_nodes, node_rank, node_group)
+    if identity.node_rank != 0:
+        raise UsageError(
+            f"autotune search runs node rank 0 of a {num_nodes}-node trial, but this node's rank is {identity.node_rank}; "
+            "run `autotune worker --node-rank K` on the other nodes (or unset NODE_RANK / give --node-rank 0)"
+        )
+    return identity
+
+
+def _leader(study, settings: Mapping[str, Any], node_rank: int | None, node_group: str | None, command: str, ui):
+    """The :class:`autotune.nodes.LeaderChannel` of a multi-node study's node-0 process, else ``None``.
+
+    Raises:
+        UsageError: ``command`` is ``autotune search`` on a node rank other than 0.
+    """
+
+    num_nodes = int(settings.get("num_nodes", 1))
+    if num_nodes == 1:
+        return None
+    identity = _search_node(num_nodes, node_rank, node_group) if command == "autotune search" else node_identity(num_nodes, node_rank, node_group)
+    if identity.node_rank != 0:
+        return identity
+    ui.info(f"multi-node trials: this is node 0 of group {identity.group!r} at {identity.master_addr}; "
+            f"start `autotune worker --node-rank K --node-group {identity.group}` on {num_nodes - 1} other node(s)")
+    return LeaderChannel(study, identity, num_nodes)
+
+
+def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, cold: bool = False, timeout: float | None = None,
+               node_rank: int | None = None, node_group: str | None = None) -> SearchResult:
+    """Join an existing study and run its queued trials (``autotune worker``).
+
+    Every setting comes from the study. The worker stops when the study's queue is empty (its shared
+    budget is spent), after ``timeout`` seconds, or on Ctrl-C. The model file must be at the same
+    path on this machine as where the study was created (a shared file system or the same checkout).
+
+    Raises:
+        StorageError: The storage or study cannot be opened.
+        BaselineFailedError: The baseline trial failed.
+        Interrupted: Ctrl-C.
+    """
+
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study, settings = load_study(study_name, storage_url)
+    study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
+    if not Path(settings["model_file"]).is_file():
+        raise UsageError(f"study {study.study_name!r} trains {settings['model_file']!r}, which is not on this machine; use the same path here")
+    study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
+    ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
+    leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
+    if leader is not None and jobs != 1:  # a multi-node study (either end of it)
+        raise UsageError(f"--jobs {jobs}: a multi-node trial takes whole nodes; use --jobs 1")
+
+    if isinstance(leader, NodeIdentity):  # a node other than 0: run its ranks of the leader's trials
+        ui.info(f"node {leader.node_rank} of group {leader.group!r}: following node 0's trials")
+        ran = follow(study, leader, ui, devices=int(settings["devices"]), timeout=timeout)
+        recommended, baseline = recommendation(study, settings)
+        return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+    ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader)
+    recommended, baseline = recommendation(study, settings)
+    return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+

@@ -1,0 +1,222 @@
+"""A study's settings: what the model inspection, the baseline and the resolved space say, stored as the
+study's user attribute ``autotune`` when it is created, and loaded (and checked) when it is resumed."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+
+from autotune import __version__
+from autotune.config import TrialConfig
+from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.hardware import Hardware, unsupported_precisions
+from autotune.runner import inspect_process
+from autotune.space import (
+    EXTENDED_KNOBS,
+    KNOB_TYPES,
+    baseline_for_space,
+    find_space,
+    load_space,
+    resolve_space,
+)
+from autotune.storage import mask_url, open_storage
+from autotune.study.options import DEFAULTS, SearchOptions
+from autotune.study.probe import _probe_memory
+
+#: Study user attribute holding the settings.
+SETTINGS_ATTR = "autotune"
+
+
+#: Study user attribute holding the baseline's figures.
+BASELINE_ATTR = "baseline"
+
+
+#: Names of the values told to Optuna, per objective (``pareto`` adds the monitored metric).
+_METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to_target_seconds"], "goodput": ["goodput"]}
+
+
+#: Settings that must not change when a study is resumed.
+_FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
+
+
+def _study_names(storage) -> list[str]:
+
+    return [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def load_study(study_name: str | None, storage_url: str):
+    """Load an existing study and its settings.
+
+    Args:
+        study_name: Study name; ``None`` when the storage holds exactly one study.
+        storage_url: Storage URL.
+
+    Returns:
+        ``(study, settings)``.
+
+    Raises:
+        StorageError: The storage cannot be opened, or holds no such study (the message lists them).
+    """
+
+    storage = open_storage(storage_url, create=False)
+    names = _study_names(storage)
+    if study_name is None:
+        if not names:
+            raise StorageError(f"{mask_url(storage_url)} holds no study; run `autotune search` first")
+        if len(names) != 1:
+            raise StorageError(f"{mask_url(storage_url)} holds {len(names)} studies {names}; name one: autotune show NAME --storage URL")
+        study_name = names[0]
+    if study_name not in names:
+        raise StorageError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    settings = study.user_attrs.get(SETTINGS_ATTR)
+    if settings is None:
+        raise StorageError(f"study {study_name!r} was not made by autotune (it has no {SETTINGS_ATTR!r} settings)")
+    return study, settings
+
+
+def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:
+    if Path(settings["model_file"]) != model_file:
+        raise StudyMismatchError(
+            f"study {settings['study_name']!r} was made for {settings['model_file']!r}, not {str(model_file)!r}; "
+            "give another --study-name for a new study"
+        )
+    for key in _FIXED_ON_RESUME:
+        given = getattr(opts, key, None)
+        if key == "space_file" and given is not None:
+
+            given = str(find_space(given).resolve())
+        if key == "config_file" and given is not None:
+            given = str(Path(given).resolve())
+        if given is not None and given != settings.get(key):
+            raise StudyMismatchError(
+                f"study {settings['study_name']!r} was created with {key}={settings.get(key)!r}, not {given!r}; "
+                "drop the flag to resume it, or give another --study-name for a new study"
+            )
+
+
+def _with_study_values(opts: SearchOptions, settings: Mapping[str, Any]) -> SearchOptions:
+    """``opts`` with every unset option taken from a study's settings (to inspect the model again)."""
+
+    values = {}
+    for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "num_nodes", "seed"):
+        if getattr(opts, key) is None:
+            values[key] = settings.get(key)
+    if opts.space_file is None and settings.get("space_explicit"):
+        values["space_file"] = settings["space_file"]
+    if opts.monitor is None and not settings.get("monitor_explicit"):
+        values["monitor"] = None
+    return dataclasses.replace(opts, **values)
+
+
+def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> dict[str, Any]:
+
+    space_path = find_space(opts.space_file or "default").resolve()
+    space = load_space(space_path)  # validate before the slow inspection
+    config_file = str(Path(opts.config_file).resolve()) if opts.config_file else None
+    if config_file and not Path(config_file).is_file():
+        raise UsageError(f"config file {opts.config_file!r} does not exist")
+    ui.info(f"inspecting {model_file.name} in a trial process ...")
+    report = inspect_process({"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file})
+    hardware = Hardware.from_dict(report["hardware"])
+    devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
+    if devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {devices}")
+    if hardware.accelerator == "gpu" and devices > hardware.device_count:
+        raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
+    if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
+        ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
+    num_nodes = opts.num_nodes or 1
+    baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
+
+    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES}
+    model_info = dict(report.get("model_info") or {})
+    # constructor arguments autotune sets itself through its own knobs (batch_size, lr, ...)
+    model_info["knob_args"] = {section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
+                               for section in ("model", "data")}
+    if "strategy" in space and "devices" not in space and devices * num_nodes == 1:
+        ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
+        space = type(space)({k: v for k, v in space.items() if k != "strategy"})
+        space.lr_scaling = getattr(load_space(space_path), "lr_scaling", "none")
+    resolved, notes = resolve_space(
+        space,
+        baseline=baseline,
+        hardware=hardware,
+        applicable=applicable,
+        explicit=opts.space_file is not None,
+        source=str(space_path),
+        train_samples=report.get("train_samples"),
+        model_info=model_info,
+    )
+    baseline = baseline_for_space(baseline, resolved, model_info)
+    for note in notes:
+        ui.warn(note)
+    limit = opts.memory_limit if opts.memory_limit is not None else (hardware.device_memory_gib if hardware.accelerator == "gpu" else None)
+    memory_model = None
+    if limit:
+        memory_model = _probe_memory(model_file, opts, report, resolved, baseline, limit, opts.memory_margin, ui)
+    settings = {
+        "study_name": study_name,
+        "model_file": str(model_file),
+        "model_class": report["model_class"],
+        "data_class": report["data_class"],
+        "config_file": config_file,
+        "user_config": report["user_config"],  # a snapshot: every trial and the export use these values
+        "space_file": str(space_path),
+        "space_explicit": opts.space_file is not None,
+        "space": resolved,
+        "targets": report["targets"],
+        "model_info": model_info,
+        "baseline_config": baseline.to_dict(),
+        "hardware": hardware.to_dict(),
+        "autotune_version": __version__,
+        "devices": devices,
+        "num_nodes": num_nodes,
+        "monitor_explicit": opts.monitor is not None,
+        "memory_model": memory_model,
+        "memory_limit_gib": limit,
+        "memory_model_margin": opts.memory_margin,
+    }
+    for key, default in DEFAULTS.items():
+        value = getattr(opts, key)
+        settings[key] = default if value is None else value
+    return settings
+
+
+def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui, num_nodes: int = 1) -> TrialConfig:
+    """The baseline (the model's own values) as a TrialConfig.
+
+    A precision this machine does not run natively is replaced by what Lightning runs instead
+    ("16-mixed" on CPU runs as "bf16-mixed"), with a warning; one with no such replacement is an error.
+
+    Raises:
+        UsageError: A value of the model or its ``--config`` has the wrong type or range.
+    """
+
+    precision = base["precision"]
+    removed = unsupported_precisions(hardware)
+    if precision in removed:
+        if hardware.accelerator == "cpu" and precision == "16-mixed":
+            ui.warn("the baseline's precision '16-mixed' runs as 'bf16-mixed' on CPU; the baseline uses 'bf16-mixed'")
+            precision = "bf16-mixed"
+        else:
+            raise UsageError(f"the baseline's precision {precision!r} cannot run here ({removed[precision]}); set trainer.precision in --config")
+    try:
+        return TrialConfig(
+            batch_size=int(base["batch_size"]),
+            precision=precision,
+            accumulate_grad_batches=int(base["accumulate_grad_batches"]),
+            num_workers=int(base.get("num_workers") or 0),
+            lr=float(base["lr"]) if base.get("lr") is not None else None,
+            accelerator=hardware.accelerator,
+            devices=devices,
+            num_nodes=num_nodes,
+            strategy="ddp" if devices * num_nodes > 1 else "auto",
+        )
+    except (TypeError, ValueError) as e:
+        values = {k: base.get(k) for k in ("batch_size", "accumulate_grad_batches", "num_workers", "lr")}
+        raise UsageError(f"the model's own values {values} are not all numbers ({e}); fix them in the model or in --config") from None
+

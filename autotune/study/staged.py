@@ -1,0 +1,224 @@
+"""``--search staged``: short system-knob screening runs (stage 1), then full-budget runs of the fastest
+system configs (stage 2). See docs/search.md."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import shutil
+import tempfile
+from typing import Any, Callable, Mapping, Sequence
+
+from autotune.config import TrialConfig
+from autotune.errors import UsageError
+from autotune.jobs import SlotPools
+from autotune.samplers import grid_space
+from autotune.space import baseline_params, param_name, user_arg
+from autotune.study.records import _baseline_pending
+from autotune.study.settings import BASELINE_ATTR
+
+#: Share of a staged run's sampled trials that are short system-knob runs (stage 1).
+SYSTEM_FRACTION = 0.6
+
+
+#: Optimizer steps a stage-1 run trains at least (enough for the warm-up cut and a steady state).
+SYSTEM_STEPS = 32
+
+
+#: Fastest system configs of stage 1 that stage 2 trains at full budget.
+STAGE2_CONFIGS = 3
+
+
+#: The loss-tolerance constraint a short stage-1 run tells the sampler (> 0: not known to be
+#: feasible). Its lr and accumulation are the baseline's, so feasible would steer stage 2's sampler
+#: back to them on the strength of runs whose loss was never judged.
+SHORT_RUN_CONSTRAINT = 1.0
+
+
+#: Knobs that decide convergence but hardly the speed: fixed in stage 1, searched in stage 2.
+CONVERGENCE_KNOBS = ("lr", "accumulate_grad_batches")
+
+
+#: Full-budget trials of one system config, none feasible, after which stage 2 takes the next config.
+STAGE2_ATTEMPTS = 3
+
+
+#: Largest system grid stage 1 enumerates (see :func:`screen_points`).
+SCREEN_MAX_POINTS = 100_000
+
+
+def system_budget(config: TrialConfig, samples: int) -> int:
+    """Training samples of a stage-1 run of ``--search staged`` (a throughput measurement).
+
+    A quarter of the study's budget, but at least :data:`SYSTEM_STEPS` optimizer steps of the
+    config, and never more than the full budget: ``min(samples, max(samples // 4, SYSTEM_STEPS x
+    effective batch))``.
+
+    Args:
+        config: The trial's config.
+        samples: The study's ``samples`` per trial (>= 1).
+    """
+    return min(samples, max(samples // 4, SYSTEM_STEPS * config.effective_batch_size))
+
+
+def staged_plan(add: int, baseline_needed: bool, seeds: int, system_knobs: bool) -> tuple[int, int]:
+    """Split a staged run's trials: ``(stage-1 short runs, stage-2 full-budget runs)``.
+
+    The baseline (when the study has none yet) and the ``--enqueue`` configs run first at full
+    budget; of the rest, :data:`SYSTEM_FRACTION` (rounded) are stage-1 runs, the others stage 2.
+    Without system knobs to search there is no stage 1.
+
+    Args:
+        add: Trials this run adds (``--trials``, >= 1).
+        baseline_needed: The study has no baseline yet (it takes one of ``add``).
+        seeds: ``--enqueue`` configs (each takes one of ``add``).
+        system_knobs: The space searches a knob outside :data:`CONVERGENCE_KNOBS`.
+    """
+    rest = max(0, add - (1 if baseline_needed else 0) - seeds)
+    system = round(SYSTEM_FRACTION * rest) if system_knobs else 0
+    return system, rest - system
+
+
+def top_system_configs(trials: Sequence[Any], k: int | None = None, with_speed: bool = False) -> list:
+    """The ``k`` (default: all) fastest distinct system configs among completed trials, fastest first.
+
+    A trial's system config is its Optuna params without :data:`CONVERGENCE_KNOBS` (``lr`` or
+    ``lr_multiplier``, ``accumulate_grad_batches``) and the user's constructor arguments
+    (``model.<arg>``, ``data.<arg>``); a config's speed is the best samples/s any of its trials
+    measured. Confirmation runs are left out.
+
+    Args:
+        trials: Frozen Optuna trials.
+        k: Configs wanted (>= 0), or ``None`` for all.
+        with_speed: Return ``(config, samples/s)`` pairs.
+    """
+    best: dict[str, tuple[float, dict]] = {}
+    for t in trials:
+        sps = t.user_attrs.get("samples_per_sec")
+        if t.state.name != "COMPLETE" or "confirm_of" in t.user_attrs or not sps:
+            continue
+        system = system_part(t.params)
+        key = repr(sorted(system.items()))
+        if key not in best or sps > best[key][0]:
+            best[key] = (float(sps), system)
+    ranked = sorted(best.values(), key=lambda pair: -pair[0])[:k]
+    return [(system, speed) for speed, system in ranked] if with_speed else [system for _, system in ranked]
+
+
+def system_part(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The system knobs of a trial's Optuna params (see :func:`top_system_configs`)."""
+
+    return {name: value for name, value in params.items() if name not in (*CONVERGENCE_KNOBS, "lr_multiplier") and user_arg(name) is None}
+
+
+def screen_points(trials: Sequence[Any], resolved: Mapping[str, Any], convergence: set, seed: int,
+                  visited_params: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]] | None:
+    """Stage 1's system configs: every point of the system knobs' grid that no trial has visited, in a
+    random order (seeded), or ``None`` when the system knobs are not all discrete (or the grid is
+    larger than :data:`SCREEN_MAX_POINTS`; the sampler then chooses). Screening without repeats is
+    what a short throughput run is for; the sampler's model of the loss constraint matters in stage 2.
+
+    Args:
+        trials: The study's frozen trials (their system configs count as visited).
+        resolved: The study's resolved space.
+        convergence: Optuna parameter names of the convergence knobs (left out of the grid).
+        seed: Seed of the order.
+        visited_params: More visited points (the baseline's, before its trial exists).
+    """
+
+
+    system = {name: entry for name, entry in resolved.items() if param_name(name, entry) not in convergence}
+    try:
+        grid = grid_space(system)
+    except UsageError:
+        return None
+    if not grid or math.prod(len(v) for v in grid.values()) > SCREEN_MAX_POINTS:
+        return None
+    visited = {repr(sorted(system_part(p).items())) for p in [*(t.params for t in trials if t.params), *visited_params]}
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    points = [p for p in points if repr(sorted(p.items())) not in visited]
+    random.Random(seed).shuffle(points)
+    return points
+
+
+def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE2_CONFIGS) -> list[tuple[dict, dict]]:
+    """The next round of stage 2 of ``--search staged``: ``(params, user attributes)`` of up to ``k`` trials.
+
+    System configs are taken fastest first (stage 1's ranking, :func:`top_system_configs`), skipping
+    one that already has a feasible full-budget trial (it is solved), one with
+    :data:`STAGE2_ATTEMPTS` full-budget trials and none feasible (its batch does not converge at any
+    lr tried), and one no faster than the best feasible trial so far (it cannot win). Each taken config
+    runs first at the baseline's lr and accumulation (``fixed``), then with the sampler choosing them.
+    An empty round means no system config can beat the best feasible trial.
+
+    Args:
+        trials: The study's frozen trials.
+        fixed: The baseline's Optuna params of the convergence knobs.
+        k: Trials per round (the configs explored side by side).
+    """
+    full = [t for t in trials if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
+            and t.user_attrs.get("feasible") is not None]
+    incumbent = max((t.user_attrs["samples_per_sec"] for t in full if t.user_attrs.get("feasible")), default=0.0)
+    # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget included
+    tried = [t for t in trials if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
+    out: list[tuple[dict, dict]] = []
+    for system, speed in top_system_configs(trials, with_speed=True):
+        if len(out) == k:
+            break
+        mine = [t for t in tried if system_part(t.params) == system]
+        if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine) or len(mine) >= STAGE2_ATTEMPTS:
+            continue
+        at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in mine)
+        out.append(({**system, **fixed} if not at_baseline else dict(system), {"stage": "full"}))
+    return out
+
+
+def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
+    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
+    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
+    fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
+    :func:`stage2_round`), first at the baseline's lr and accumulation, then with the sampler choosing
+    those; when no system config can beat the best feasible trial, the rest sample every knob. Trials
+    are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
+    processes serves every round. Returns the trials this process ran."""
+
+
+    resolved = settings["space"]
+    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    convergence = {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
+    system_knobs = any(param_name(name, entry) not in convergence for name, entry in resolved.items())
+    baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
+    n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
+    fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
+    ui.info(f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
+            f"{system_budget(baseline, int(settings['samples']))} samples at the baseline's batch), "
+            f"then {n_full} full-budget run(s) of the fastest system configs")
+    screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings["seed"]) + len(study.trials),
+                           [baseline_params(resolved, baseline)])
+    if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
+        if len(screen) < n_system:
+            n_system, n_full = len(screen), n_full + n_system - len(screen)
+        first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
+    else:
+        first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
+    pools = SlotPools(settings["model_file"], cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    try:
+        ran = drain(add=add - n_full, seeds=list(seeds) + first, pools=pools)
+        left = n_full
+        while left > 0:
+            batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]
+            if not batch:
+                ui.info(f"staged search: no system config left that could beat the best feasible trial; "
+                        f"the last {left} trial(s) sample every knob")
+                ran += drain(add=left, pools=pools)
+                break
+            ui.info("staged search, stage 2: " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+            ran += drain(add=len(batch), seeds=batch, pools=pools)
+            left -= len(batch)
+    finally:
+
+        pools.close()
+        shutil.rmtree(pools.log_dir, ignore_errors=True)
+    return ran
+

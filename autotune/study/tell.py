@@ -1,0 +1,256 @@
+"""What a trial stores when it ends: a finished trial's figures and values, a duplicate's copied figures, a
+predicted OOM, an interrupted trial."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Mapping
+
+from autotune.config import TrialConfig
+from autotune.errors import UsageError
+from autotune.study.records import _budget
+from autotune.study.settings import BASELINE_ATTR
+from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
+
+if TYPE_CHECKING:
+    from autotune.study.trial import _RunContext
+
+import statistics
+
+import optuna
+
+from autotune.flops import mfu
+from autotune.measure import merge_ranks
+from autotune.noise import noise_scale, statistical_efficiency
+from autotune.objective import (
+    constraint_value,
+    final_loss,
+    loss_target,
+    objective_values,
+    time_to_target,
+)
+
+
+def _measure_attrs(outcome) -> dict[str, Any]:
+    """The trial's figures: :func:`autotune.measure.merge_ranks` of the ranks, plus what ran."""
+
+    ranks = [r for r in outcome.ranks if r.get("ok")]
+    attrs = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
+    attrs["precision_ran"] = ranks[0].get("precision_ran")
+    attrs["lr_ran"] = ranks[0].get("lr_ran")
+    attrs["applied"] = ranks[0].get("applied")
+    return attrs
+
+
+def _rank_attrs(outcome) -> list[dict[str, Any]]:
+    return [
+        {"rank": r.get("rank"), "config": r.get("config"), "first_batch_size": r.get("first_batch_size"), "ok": r.get("ok", False),
+         "applied": r.get("applied")}
+        for r in sorted(outcome.ranks, key=lambda r: r.get("rank", 0))
+    ]
+
+
+def _overhead(outcome) -> dict[str, float]:
+    """Start-up (launch to first training batch), training, and after-training seconds of a trial."""
+    firsts = [r["first_batch_time"] for r in outcome.ranks if r.get("first_batch_time")]
+    ends = [r["train_end_time"] for r in outcome.ranks if r.get("train_end_time")]
+    launch, exit_time = outcome.timing.get("launch_time"), outcome.timing.get("exit_time")
+    if not (firsts and ends and launch and exit_time):
+        return {}
+    first, end = min(firsts), max(ends)
+    return {"startup_seconds": first - launch, "training_seconds": end - first, "teardown_seconds": exit_time - end}
+
+
+def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool, ctx: "_RunContext", slot) -> None:
+    """Store a finished trial's figures and outcome (user attributes, constraint, values or FAIL).
+
+    Raises:
+        optuna.exceptions.UpdateFinishedTrialError: Another process finished the trial meanwhile.
+    """
+
+
+    if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
+        raise optuna.exceptions.UpdateFinishedTrialError(f"trial {trial.number} is no longer running")
+    attrs: dict[str, Any] = {"launch": "cold" if ctx.pools.cold else "warm", "slot": slot.description, "shared_host": ctx.jobs > 1}
+    attrs.update(outcome.timing)
+    attrs.update(_overhead(outcome))
+    attrs["wall_seconds"] = outcome.wall_seconds
+    attrs["ranks"] = _rank_attrs(outcome)
+    kind, reason = outcome.fail_kind, outcome.fail_reason
+    values = constraint = None
+    if kind is None:
+        measured = _measure_attrs(outcome)
+        attrs.update(measured)
+        try:
+            loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
+        except UsageError as e:
+            kind, reason = "monitor_missing", str(e)
+        else:
+            attrs["loss"], attrs["loss_source"] = loss, source
+            sps = measured["samples_per_sec"]
+            if not math.isfinite(loss):
+                kind, reason = "nonfinite_loss", f"non-finite final {source} ({loss})"
+            elif not (math.isfinite(sps) and sps > 0):
+                kind, reason = "no_measurement", "no steady-state steps were measured; raise --samples"
+            else:
+                baseline = study.user_attrs.get(BASELINE_ATTR)
+                baseline_loss = loss if is_baseline else baseline["loss"]
+                if "trial_samples" in trial.user_attrs:
+                    # a short run's loss is not comparable with the baseline's full budget: its
+                    # convergence is not judged (stage 2 judges it at full budget), and the sampler is
+                    # told it is not known to be feasible (SHORT_RUN_CONSTRAINT)
+                    constraint = SHORT_RUN_CONSTRAINT
+                    attrs["constraint"], attrs["feasible"] = None, None
+                else:
+                    constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
+                    attrs["constraint"] = constraint if math.isfinite(constraint) else None
+                    attrs["feasible"] = constraint <= 0
+                target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
+                reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
+                attrs["loss_target"] = target if math.isfinite(target) else None
+                # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
+                attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
+                attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
+                attrs["target_reached"] = reach.reached
+                if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
+                    kind, reason = "no_loss_curve", "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
+                _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
+                goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
+                if settings["objective"] == "goodput" and math.isnan(goodput) and kind is None:
+                    kind, reason = "no_noise_scale", "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
+                values = objective_values(settings["objective"], sps, loss, reach.seconds, goodput)
+    if kind is not None:
+        attrs["fail_kind"], attrs["fail_reason"] = kind, reason
+        if outcome.log_tail:
+            attrs["log_tail"] = outcome.log_tail[-4000:]
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    if constraint is not None:
+        trial.set_constraint("loss_tolerance", constraint if math.isfinite(constraint) else 1e300)
+    try:
+        if kind is not None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, values)
+    except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
+        raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, config: Mapping[str, Any]) -> None:
+    """Store model FLOP/s and MFU on ``attrs`` (see :mod:`autotune.flops`); None where unknown."""
+
+    per_sample, peak = measured.get("flops_per_sample"), measured.get("peak_flops")
+    devices = int(config.get("devices", 1)) * int(config.get("num_nodes", 1))
+    attrs["model_flops_per_sec"] = per_sample * sps if per_sample else None
+    value = mfu(per_sample or 0.0, sps, peak or 0.0, devices)
+    attrs["mfu"] = value if math.isfinite(value) else None
+
+
+def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, batch: int, settings: Mapping[str, Any]) -> float:
+    """Store the gradient noise scale, the statistical efficiency and the goodput on ``attrs``;
+    return the goodput (NaN when the noise scale was not measured here nor in any other trial)."""
+
+
+    noise = measured.get("noise")
+    if noise:
+        scale, method = noise_scale(noise["grad_sq"], noise["trace"]), noise["method"]
+    else:
+        # too few optimizer steps to measure (a batch as large as the budget): the noise scale is a
+        # property of the model and data, so the median of the study's measured trials stands in
+        measured_scales = [t.user_attrs["gradient_noise_scale"] for t in study.get_trials(deepcopy=False)
+                           if t.state.name == "COMPLETE" and t.user_attrs.get("noise_method") not in (None, "study_median")
+                           and t.user_attrs.get("gradient_noise_scale") is not None]
+        if not measured_scales:
+            return math.nan
+        scale, method = statistics.median(measured_scales), "study_median"
+    base = TrialConfig.from_dict(settings["baseline_config"]).effective_batch_size
+    efficiency = statistical_efficiency(scale, batch, base)
+    attrs["gradient_noise_scale"] = scale if math.isfinite(scale) else None  # None: inf (all noise)
+    attrs["noise_method"] = method
+    attrs["statistical_efficiency"] = efficiency
+    attrs["goodput"] = sps * efficiency
+    return sps * efficiency
+
+
+def _loss_target(study, curve, settings: Mapping[str, Any]) -> float:
+    """The time-to-quality target: the baseline's smoothed final training loss (this trial is the
+    baseline, or the study's baseline predates the target and its stored curve is used)."""
+
+    info = study.user_attrs.get(BASELINE_ATTR)
+    if info is not None and info.get("trial") is not None:
+        curve = study.get_trials(deepcopy=False)[info["trial"]].user_attrs.get("loss_curve") or curve
+    return loss_target(curve, settings["samples"])
+
+
+#: Trials pruned as predicted OOM that one run replaces by new trials (they cost no training).
+OOM_REPLACEMENTS = 20
+
+
+#: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
+_NOT_COPIED = {"config", "effective_batch_size", "baseline", "seeded_from", "stage", "trial_samples", "confirm_of", "confirm_samples",
+               "baseline_repeat", "duplicate_of", "intermediate", "screen", "ranks", "log_tail", "launch", "slot", "shared_host", "launch_time",
+               "exit_time", "wall_seconds", "startup_seconds", "training_seconds", "teardown_seconds"}
+
+
+def _tell_duplicate(study, trial, original, ui, ctx: "_RunContext"):
+    """A sampled config that a completed trial already measured at the same budget is not trained
+    again: the trial takes that trial's figures and values (``duplicate_of``; never recommended in
+    its place), which tells the sampler the same thing at no cost, and a replacement is queued."""
+    for key, value in original.user_attrs.items():
+        if key not in _NOT_COPIED:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", original.number)
+    constraint = original.user_attrs.get("constraint")
+    if original.user_attrs.get("feasible") is not None:
+        trial.set_constraint("loss_tolerance", constraint if constraint is not None else 1e300)
+    elif "trial_samples" in original.user_attrs:  # a short run: not judged
+        trial.set_constraint("loss_tolerance", SHORT_RUN_CONSTRAINT)
+    study.tell(trial, list(original.values))
+    _replace(study, trial, ctx)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _replace(study, trial, ctx: "_RunContext") -> None:
+    """Queue a replacement for a trial that trained nothing (predicted OOM, a duplicate): up to
+    :data:`OOM_REPLACEMENTS` per run; none for a grid (a fixed set of points)."""
+
+    if trial.user_attrs.get("screen"):
+        return  # a stage-1 screen point: the other unvisited points are queued already
+    with ctx.lock:
+        if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
+            ctx.oom_replacements += 1
+            stage = trial.user_attrs.get("stage")
+            if stage:  # a staged trial's replacement keeps its stage and the knobs its stage fixes
+                fixed = dict(study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {})
+                if stage == "full":  # stage 2 fixes the system knobs; the sampler picks the rest
+                    fixed = system_part(fixed)
+                study.enqueue_trial(fixed, user_attrs={"stage": stage})
+            else:
+                study.enqueue_trial({})
+
+
+def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
+    """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
+
+    trial.set_user_attr("fail_kind", "predicted_oom")
+    trial.set_user_attr("fail_reason", reason)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    _replace(study, trial, ctx)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _fail_interrupted(study, number: int) -> None:
+    """Store an asked trial that Ctrl-C cut short as FAIL (reason ``interrupted``), if not told yet."""
+
+    frozen = study.get_trials(deepcopy=False)[number]
+    if frozen.state != optuna.trial.TrialState.RUNNING:
+        return
+    trial = optuna.trial.Trial(study, frozen._trial_id)
+    trial.set_user_attr("fail_kind", "interrupted")
+    trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+

@@ -1,0 +1,231 @@
+"""Run one claimed trial: its child process (:mod:`autotune.runner`), heartbeat and pruning watcher, then
+tell the study (:mod:`autotune.study.tell`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+from typing import Any, Mapping
+
+import optuna
+
+from autotune.config import TrialConfig
+from autotune.errors import AutotuneError
+from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
+from autotune.runner import TrialOutcome, kill_group, run_trial_process
+from autotune.study.memory import _predicted_oom
+from autotune.study.records import _budget, _measured_before
+from autotune.study.staged import system_budget
+from autotune.study.tell import (
+    _fail_interrupted,
+    _prune_predicted_oom,
+    _tell,
+    _tell_duplicate,
+)
+
+
+class _RunContext:
+    """What the trials of one ``search`` run share: slots, warm pools, running trials, Ctrl-C."""
+
+    def __init__(self, slots, pools, jobs: int):
+
+        self.pools = pools
+        self.jobs = jobs
+        self.leader = None
+        self.log_dir = "."
+        self.stop = threading.Event()
+        self.running: dict[int, int] = {}
+        self.asked: list[int] = []
+        self.oom_replacements = 0
+        self.pruner = None
+        self.pruner_name = "none"
+        self.pruned: dict[int, str] = {}
+        self.lock = threading.Lock()
+        self._free: "queue.Queue" = queue.Queue()
+        for slot in slots:
+            self._free.put(slot)
+
+    def take_slot(self):
+        return self._free.get()
+
+    def give_slot(self, slot) -> None:
+        self._free.put(slot)
+
+    def kill_running(self) -> None:
+
+        for pgid in list(self.running.values()):
+            kill_group(pgid)
+
+
+def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: "_RunContext") -> Any:
+    """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial."""
+
+
+    trial.set_user_attr("config", config.to_dict())
+    trial.set_user_attr("effective_batch_size", config.effective_batch_size)
+    trial.set_user_attr("baseline", is_baseline)
+    ui.trial_started(trial.number, config, is_baseline)
+    if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings["samples"])) < int(settings["samples"]):
+        trial.set_user_attr("trial_samples", system_budget(config, int(settings["samples"])))  # a short run
+    if not is_baseline and "confirm_of" not in trial.user_attrs:
+        # (an --enqueue'd config runs even when measured before: the user asked for it)
+        original = None if "seeded_from" in trial.user_attrs else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
+        if original is not None:
+            return _tell_duplicate(study, trial, original, ui, ctx)
+        reason = _predicted_oom(study, config)
+        if reason is not None:
+            return _prune_predicted_oom(study, trial, reason, ui, ctx)
+    spec = {
+        "model_file": settings["model_file"],
+        "model_class": settings["model_class"],
+        "data_class": settings["data_class"],
+        "config_file": settings["config_file"],
+        "user_config": settings.get("user_config"),
+        "targets": settings["targets"],
+        "config": config.to_dict(),
+        "samples": _budget(trial.user_attrs, settings),
+        "seed": settings["seed"],
+    }
+    slot = ctx.take_slot()
+    # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
+    # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
+    beating = _start_heartbeat(study, trial)
+    try:
+        try:
+            launch, node_env = None, {}
+            progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
+            node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
+            ui.trial_progress(trial.number, progress_file)
+            if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
+                    and "trial_samples" not in trial.user_attrs and intermediate_metric(settings["objective"]) is not None):
+                _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
+            if ctx.leader is not None:
+                launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
+                node_env.update(rendezvous)
+            outcome = run_trial_process(
+                spec,
+                timeout=float(settings["trial_timeout"]),
+                trial_number=trial.number,
+                expected_ranks=config.devices if launch else config.world_size,
+                devices=config.devices,
+                pool=None if config.strategy == "fsdp" else ctx.pools.get(slot),  # FSDP launches its ranks as scripts
+                slot_env={**slot.env, **node_env},
+                on_start=lambda pgid: _trial_started(ctx, trial, pgid),
+            )
+            if launch:
+                outcome = ctx.leader.gather(launch, outcome)
+        except KeyboardInterrupt:
+            _fail_interrupted(study, trial.number)
+            raise
+        except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
+
+            outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
+        finally:
+            ctx.running.pop(trial.number, None)
+            ctx.give_slot(slot)
+        if ctx.stop.is_set() and not outcome.ok:
+            outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
+        pruned = ctx.pruned.pop(trial.number, None)
+        try:
+            if pruned is not None and not outcome.ok:
+                trial.set_user_attr("fail_kind", "pruned")
+                trial.set_user_attr("fail_reason", pruned)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
+        except optuna.exceptions.UpdateFinishedTrialError as e:
+            # another worker failed this trial as stale meanwhile (and retried it): log, never crash
+            ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
+    finally:
+        beating.set()
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    ui.trial_finished(frozen)
+    return frozen
+
+
+def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", progress_file: str, budget: int, done) -> None:
+    """Watch a running trial's progress preview; at each milestone record its intermediate value and
+    stop it (its process group) when the pruner says so (see :mod:`autotune.pruning`). Ends with ``done``."""
+
+
+
+    key, direction = intermediate_metric(settings["objective"])
+    steps = milestone_steps(budget)
+    single = len(study.directions) == 1
+    recorded: dict[int, float] = {}
+
+    def completed() -> list[dict[int, float]]:
+        out = []
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if "confirm_of" in t.user_attrs or "duplicate_of" in t.user_attrs or not t.user_attrs.get("feasible"):
+                continue
+            final = t.user_attrs.get(key)
+            values = {int(k): float(v) for k, v in (t.user_attrs.get("intermediate") or {}).items()}
+            if final is not None:
+                for step in steps:  # a trial too short for the watcher to see a milestone: its final figure
+                    values.setdefault(step, float(final))
+            out.append(values)
+        return out
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            try:
+                with open(progress_file) as f:
+                    preview = json.load(f)
+            except (OSError, ValueError):
+                continue
+            reached = [step for step in steps if preview.get("samples", 0) >= step]
+            value = preview.get(key)
+            # only the latest milestone the preview has passed: an older one would get a later figure
+            for step in reached[-1:]:
+                if step in recorded or value is None:
+                    continue
+                recorded[step] = float(value)
+                try:
+                    trial.set_user_attr("intermediate", {str(k): v for k, v in recorded.items()})
+                    if single:
+                        trial.report(float(value), step)
+                    prune = prune_decision(ctx.pruner, direction, completed(), recorded)
+                except Exception:  # a database hiccup or a finished trial: never stop a trial for it
+                    continue
+                if prune:
+                    ctx.pruned[trial.number] = (f"pruned at {step} of {budget} samples: {key.replace('_', ' ')} {value:.4g} is worse than "
+                                                f"the completed trials' at that point (--pruner {ctx.pruner_name})")
+                    pgid = ctx.running.get(trial.number)
+                    if pgid is not None:
+                        kill_group(pgid)
+                    return
+
+    threading.Thread(target=watch, name=f"watch-{trial.number}", daemon=True).start()
+
+
+def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
+    """Note a running trial's process group: for Ctrl-C, and on the trial (stored at once, so even
+    an interrupted trial names the group that was killed)."""
+    ctx.running[trial.number] = pgid
+    trial.set_user_attr("process_group", pgid)
+
+
+def _start_heartbeat(study, trial):
+    """Record the trial's heartbeat every interval until the returned event is set (RDB storages)."""
+
+    stop = threading.Event()
+    storage = study._storage
+    interval = storage.get_heartbeat_interval() if hasattr(storage, "get_heartbeat_interval") else None
+    if not interval:
+        return stop
+
+    def beat() -> None:
+        while True:
+            try:
+                storage.record_heartbeat(trial._trial_id)
+            except Exception:  # a database hiccup: the next beat retries
+                pass
+            if stop.wait(interval):
+                return
+
+    threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True).start()
+    return stop
+
