@@ -7,6 +7,8 @@ message on one line and exits with code 2. Other errors are faults of the run it
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "AutotuneError",
     "UsageError",
@@ -16,6 +18,8 @@ __all__ = [
     "StudyMismatchError",
     "BaselineFailedError",
     "Interrupted",
+    "FailKind",
+    "FAIL_KINDS",
 ]
 
 
@@ -47,26 +51,55 @@ class BaselineFailedError(AutotuneError):
     """The baseline trial (the model's own config) failed, so no trial can be judged against it."""
 
 
+class FailKind(str, enum.Enum):
+    """Why a trial failed or was stopped: the ``fail_kind`` user attribute of a FAIL or PRUNED trial.
+
+    A ``str`` enum: it is stored, compared and printed as its value (``"oom"``); :data:`FAIL_KINDS`
+    says what each means and what to do (docs/troubleshooting.md has a section per kind).
+    """
+
+    EXCEPTION = "exception"
+    OOM = "oom"
+    NONFINITE_LOSS = "nonfinite_loss"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    CRASHED = "crashed"
+    BATCH_SIZE_NOT_APPLIED = "batch_size_not_applied"
+    NUM_WORKERS_NOT_APPLIED = "num_workers_not_applied"
+    PRECISION_NOT_APPLIED = "precision_not_applied"
+    MONITOR_MISSING = "monitor_missing"
+    NO_MEASUREMENT = "no_measurement"
+    NO_LOSS_CURVE = "no_loss_curve"
+    NO_NOISE_SCALE = "no_noise_scale"
+    PREDICTED_OOM = "predicted_oom"
+    PRUNED = "pruned"
+    INTERRUPTED = "interrupted"
+    NODE_LOST = "node_lost"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 #: Every ``fail_kind`` a trial can store, with what it means and what to do about it
 #: (docs/troubleshooting.md explains each; a test keeps the two and the code in step).
-FAIL_KINDS: dict[str, tuple[str, str]] = {
-    "exception": ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
-    "oom": ("out of memory (CUDA OOM, or Lightning's out-of-memory detection)", "expected for large batches; lower the batch_size range if every large one fails"),
-    "nonfinite_loss": ("the training loss or the final monitored metric became NaN or inf", "lower the lr range, or try 32-true precision"),
-    "timeout": ("the trial ran past --trial-timeout; its whole process group was killed", "raise --trial-timeout, or lower --samples"),
-    "killed": ("the trial process was killed by a signal (e.g. the kernel's OOM killer: SIGKILL)", "read log_tail and the system log; give the trials more host memory"),
-    "crashed": ("the trial process exited without a report (or not every rank reported)", "read log_tail"),
-    "batch_size_not_applied": ("the first training batch did not have the trial's batch_size", "make the DataLoader read the batch_size constructor argument"),
-    "num_workers_not_applied": ("the train DataLoader did not have the trial's num_workers", "make the DataLoader read the num_workers constructor argument"),
-    "precision_not_applied": ("Lightning ran another precision than the trial asked for", "do not hard-code precision in the model; set it in the Trainer only"),
-    "monitor_missing": ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
-    "no_measurement": ("too few steps after the warm-up to measure throughput", "raise --samples"),
-    "no_loss_curve": ("--objective time-to-quality, and training_step returned no loss tensor to build the curve from", "return the loss from training_step, or use --objective throughput"),
-    "no_noise_scale": ("--objective goodput, and no optimizer step measured the gradient noise scale", "raise --samples (at least 4 optimizer steps per trial)"),
-    "predicted_oom": ("not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow", "nothing to do; autotune show lists the OOM frontier"),
-    "pruned": ("stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)", "nothing to do; --pruner none runs every trial to its end"),
-    "interrupted": ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
-    "node_lost": ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
+FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
+    FailKind.EXCEPTION: ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
+    FailKind.OOM: ("out of memory (CUDA OOM, or Lightning's out-of-memory detection)", "expected for large batches; lower the batch_size range if every large one fails"),
+    FailKind.NONFINITE_LOSS: ("the training loss or the final monitored metric became NaN or inf", "lower the lr range, or try 32-true precision"),
+    FailKind.TIMEOUT: ("the trial ran past --trial-timeout; its whole process group was killed", "raise --trial-timeout, or lower --samples"),
+    FailKind.KILLED: ("the trial process was killed by a signal (e.g. the kernel's OOM killer: SIGKILL)", "read log_tail and the system log; give the trials more host memory"),
+    FailKind.CRASHED: ("the trial process exited without a report (or not every rank reported)", "read log_tail"),
+    FailKind.BATCH_SIZE_NOT_APPLIED: ("the first training batch did not have the trial's batch_size", "make the DataLoader read the batch_size constructor argument"),
+    FailKind.NUM_WORKERS_NOT_APPLIED: ("the train DataLoader did not have the trial's num_workers", "make the DataLoader read the num_workers constructor argument"),
+    FailKind.PRECISION_NOT_APPLIED: ("Lightning ran another precision than the trial asked for", "do not hard-code precision in the model; set it in the Trainer only"),
+    FailKind.MONITOR_MISSING: ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
+    FailKind.NO_MEASUREMENT: ("too few steps after the warm-up to measure throughput", "raise --samples"),
+    FailKind.NO_LOSS_CURVE: ("--objective time-to-quality, and training_step returned no loss tensor to build the curve from", "return the loss from training_step, or use --objective throughput"),
+    FailKind.NO_NOISE_SCALE: ("--objective goodput, and no optimizer step measured the gradient noise scale", "raise --samples (at least 4 optimizer steps per trial)"),
+    FailKind.PREDICTED_OOM: ("not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow", "nothing to do; autotune show lists the OOM frontier"),
+    FailKind.PRUNED: ("stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)", "nothing to do; --pruner none runs every trial to its end"),
+    FailKind.INTERRUPTED: ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
+    FailKind.NODE_LOST: ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
 }
 
 

@@ -127,10 +127,10 @@ def peak_flops(device: Any, precision: str) -> tuple[float | None, str]:
         (a matmul, now), ``"cached"`` (a matmul measured earlier on this machine), or ``"none"``
         with ``flops`` None when neither works.
     """
+    import warnings
+
     import torch
     from lightning.fabric.utilities.throughput import get_available_flops
-
-    import warnings
 
     dtype = precision_dtype(precision)  # for float32 on CUDA, get_available_flops reads the matmul precision (tf32)
 

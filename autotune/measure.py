@@ -587,7 +587,9 @@ def _make_callback_class(pl: Any) -> type:
             if self.world_size > 1:
                 model = trainer.strategy.model
                 if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-                    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+                    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+                        allreduce_hook,
+                    )
 
                     def hook(state, bucket):
                         # this rank's own gradient, before the all-reduce averages it with the others

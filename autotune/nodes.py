@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from autotune.errors import UsageError
+from autotune.errors import FailKind, UsageError
 
 __all__ = ["NodeIdentity", "node_identity", "LeaderChannel", "follow"]
 
@@ -91,11 +91,15 @@ def _free_port() -> int:
 
 
 def _system_attrs(study) -> dict[str, Any]:
-    return study._storage.get_study_system_attrs(study._study_id)
+    from autotune.optuna_compat import study_system_attrs
+
+    return study_system_attrs(study)
 
 
 def _set(study, key: str, value: Any) -> None:
-    study._storage.set_study_system_attr(study._study_id, key, value)
+    from autotune.optuna_compat import set_study_system_attr
+
+    set_study_system_attr(study, key, value)
 
 
 class LeaderChannel:
@@ -162,11 +166,11 @@ class LeaderChannel:
         for k in others:
             report = reports.get(k)
             if report is None:
-                outcome.ok, outcome.fail_kind = False, "node_lost"
+                outcome.ok, outcome.fail_kind = False, FailKind.NODE_LOST
                 outcome.fail_reason = f"node_lost: node rank {k} of group {self.identity.group!r} sent no report within {wait:g} s after node 0 ended"
                 return outcome
             if report.get("fail_kind"):
-                outcome.ok, outcome.fail_kind = False, report["fail_kind"]
+                outcome.ok, outcome.fail_kind = False, FailKind(report["fail_kind"])
                 outcome.fail_reason = f"node rank {k} ({report.get('host', '?')}): {report['fail_reason']}"
                 outcome.log_tail = report.get("log_tail", "")
                 return outcome

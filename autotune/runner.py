@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, FailKind, UsageError
 
-__all__ = ["TrialOutcome", "classify", "run_trial_process", "inspect_process", "kill_group"]
+__all__ = ["TrialOutcome", "classify", "run_trial_process", "inspect_process", "kill_group", "trial_spec"]
 
 #: Lines of a failed trial's log kept on the trial.
 LOG_TAIL_LINES = 20
@@ -107,23 +107,23 @@ def classify(
         expected_ranks: ``devices * num_nodes``.
     """
     if timed_out:
-        return "timeout", f"timeout: the trial ran longer than {timeout:g} s (--trial-timeout) and was killed"
+        return FailKind.TIMEOUT, f"timeout: the trial ran longer than {timeout:g} s (--trial-timeout) and was killed"
     for report in sorted(ranks, key=lambda r: r.get("rank", 0)):
         error = report.get("error")
         if error:
-            return error["kind"], error["message"]
+            return FailKind(error["kind"]), error["message"]
     if returncode is None:
-        return "crashed", "crashed: the warm trial process went away before the trial ended"
+        return FailKind.CRASHED, "crashed: the warm trial process went away before the trial ended"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return "killed", f"killed: the trial process was killed by {name}"
+        return FailKind.KILLED, f"killed: the trial process was killed by {name}"
     if returncode:
-        return "crashed", f"crashed: the trial process exited with code {returncode} without a report"
+        return FailKind.CRASHED, f"crashed: the trial process exited with code {returncode} without a report"
     if len([r for r in ranks if r.get("ok")]) < expected_ranks:
-        return "crashed", f"crashed: {len(ranks)} of {expected_ranks} ranks reported"
+        return FailKind.CRASHED, f"crashed: {len(ranks)} of {expected_ranks} ranks reported"
     return None, None
 
 
@@ -176,6 +176,29 @@ def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str]
             kill_group(proc.pid)  # ranks and loader workers too, whatever happened
             proc.wait()
     return proc.returncode, timed_out, time.monotonic() - start, proc.pid
+
+
+def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: int, seed: int) -> dict[str, Any]:
+    """The spec a trial process reads (see :func:`autotune.target.run_trial`).
+
+    Args:
+        source: Where the model comes from: a study's settings or a model inspection's report (keys
+            ``model_file``, ``model_class``, ``data_class``, ``config_file``, ``user_config``, ``targets``).
+        config: The trial's config (:meth:`autotune.config.TrialConfig.to_dict`).
+        samples: Training samples of the trial (>= 1).
+        seed: Seed of ``seed_everything`` in every rank.
+    """
+    return {
+        "model_file": source["model_file"],
+        "model_class": source["model_class"],
+        "data_class": source["data_class"],
+        "config_file": source.get("config_file"),
+        "user_config": source.get("user_config"),
+        "targets": source["targets"],
+        "config": dict(config),
+        "samples": int(samples),
+        "seed": seed,
+    }
 
 
 def run_trial_process(

@@ -68,6 +68,8 @@ def _grid_class():
             # so the grid does not run that point again; every other trial takes an unvisited point
             # (Optuna's own shortcut numbers the first trials' points by trial number, which would
             # repeat the baseline's point and skip another).
+            from autotune.optuna_compat import set_trial_system_attr
+
             fixed = trial.system_attrs.get("fixed_params")
             if "grid_id" in trial.system_attrs:
                 return
@@ -75,14 +77,14 @@ def _grid_class():
                 point = tuple(fixed.get(name) for name in self._param_names)
                 matches = [i for i, grid in enumerate(self._all_grids) if tuple(grid) == point]
                 if matches:
-                    study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
-                    study._storage.set_trial_system_attr(trial._trial_id, "grid_id", matches[0])
+                    set_trial_system_attr(study, trial, "search_space", self._search_space)
+                    set_trial_system_attr(study, trial, "grid_id", matches[0])
                     return
                 if all(name in fixed for name in self._param_names):
                     return  # a point outside the grid: Optuna takes its fixed values
             targets = self._get_unvisited_grid_ids(study) or list(range(len(self._all_grids)))
-            study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
-            study._storage.set_trial_system_attr(trial._trial_id, "grid_id", int(self._rng.rng.choice(targets)))
+            set_trial_system_attr(study, trial, "search_space", self._search_space)
+            set_trial_system_attr(study, trial, "grid_id", int(self._rng.rng.choice(targets)))
 
     return Grid
 

@@ -41,7 +41,13 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune.config import COMPILE_MODES, MATMUL_PRECISIONS, PRECISIONS, STRATEGIES, TrialConfig
+from autotune.config import (
+    COMPILE_MODES,
+    MATMUL_PRECISIONS,
+    PRECISIONS,
+    STRATEGIES,
+    TrialConfig,
+)
 from autotune.errors import SpaceError
 from autotune.hardware import Hardware, cores_per_device, unsupported_precisions
 
@@ -647,7 +653,11 @@ def baseline_for_space(baseline: TrialConfig, space: Mapping[str, Any], info: Ma
 
 def distributions(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Optuna distributions of a resolved space (for ``study.ask(fixed_distributions)``)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
 
     out: dict[str, Any] = {}
     for name, entry in resolved.items():

@@ -239,8 +239,8 @@ def _child(request: Mapping[str, Any]) -> None:
 def zygote_main(model_file: str) -> int:
     """Import everything once, then fork a trial child per request (see the module docstring)."""
     start = time.perf_counter()
-    import torch  # noqa: F401 - preloaded for the children
     import lightning.pytorch  # noqa: F401
+    import torch  # noqa: F401 - preloaded for the children
 
     from autotune import measure, target  # noqa: F401
     from autotune.loader import load_user_module

@@ -9,7 +9,7 @@ from typing import Any
 from autotune.config import TrialConfig
 from autotune.errors import UsageError
 from autotune.memory import fit_memory, max_batch, probe_batches
-from autotune.runner import run_trial_process
+from autotune.runner import run_trial_process, trial_spec
 from autotune.study.options import DEFAULTS, SearchOptions
 
 
@@ -33,10 +33,8 @@ def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dic
         points, oom_at = [], None
         for batch in probe_batches(choices):
             config = baseline.replace(batch_size=batch, precision=precision, accumulate_grad_batches=1)
-            spec = {"model_file": str(model_file), "model_class": report["model_class"], "data_class": report["data_class"],
-                    "config_file": str(Path(opts.config_file).resolve()) if opts.config_file else None, "user_config": report["user_config"],
-                    "targets": report["targets"], "config": config.to_dict(), "samples": 2 * batch * config.world_size,
-                    "seed": opts.seed if opts.seed is not None else DEFAULTS["seed"]}
+            source = {**report, "model_file": str(model_file), "config_file": str(Path(opts.config_file).resolve()) if opts.config_file else None}
+            spec = trial_spec(source, config.to_dict(), 2 * batch * config.world_size, opts.seed if opts.seed is not None else DEFAULTS["seed"])
             outcome = run_trial_process(spec, timeout=float(opts.trial_timeout or DEFAULTS["trial_timeout"]), trial_number=-1,
                                         expected_ranks=config.world_size, devices=config.devices)
             if not outcome.ok:

@@ -18,6 +18,7 @@ from autotune.config import TrialConfig
 from autotune.errors import BaselineFailedError, Interrupted
 from autotune.hardware import Hardware
 from autotune.jobs import SlotPools, plan_slots
+from autotune.optuna_compat import claim_waiting
 from autotune.pruning import make_pruner
 from autotune.space import baseline_params, suggest_config
 from autotune.storage import mask_url
@@ -41,26 +42,17 @@ def _claim(study, baseline_only: bool):
         An ``optuna.trial.Trial`` now RUNNING, or ``None`` when no (baseline, if ``baseline_only``)
         trial is waiting.
     """
-
-    storage = study._storage
     first = _first_baseline(study) if baseline_only else None
     for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         if baseline_only and frozen.number != first:
             continue
-        try:
-            if not storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.RUNNING):
-                continue
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-        if hasattr(storage, "get_heartbeat_interval") and storage.get_heartbeat_interval():
-            # at once: a trial RUNNING without any heartbeat is never found stale, and would wait forever
-            storage.record_heartbeat(frozen._trial_id)
-        study.sampler.before_trial(study, storage.get_trial(frozen._trial_id))
-        return optuna.trial.Trial(study, frozen._trial_id)
+        trial = claim_waiting(study, frozen)
+        if trial is not None:
+            return trial
     return None
 
 
-def _others_running(study, ctx: "_RunContext") -> bool:
+def _others_running(study, ctx: _RunContext) -> bool:
     """Whether a trial that this process did not take is still RUNNING (in another worker)."""
     mine = set(ctx.asked)
     return any(t.state.name == "RUNNING" and t.number not in mine for t in study.get_trials(deepcopy=False))
@@ -105,74 +97,102 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
         BaselineFailedError: The baseline trial failed.
         Interrupted: Ctrl-C; running trials are stored as failed (``interrupted``), queued ones stay.
     """
-
-
-    resolved = settings["space"]
-    baseline_config = TrialConfig.from_dict(settings["baseline_config"])
     _fail_stale(study)
-    pending = [0]
-    seeds = list(seeds)
-
-    def queue(n: int) -> None:
-        """Queue ``n`` trials: the seeded configs first (``--enqueue``), then sampled ones."""
-        for i in range(n):
-            if seeds:
-                params, user_attrs = seeds.pop(0)
-                study.enqueue_trial(params, user_attrs=user_attrs)
-            else:
-                study.enqueue_trial({})
-
-    if add:
-        if study.user_attrs.get(BASELINE_ATTR) is None:
-            if not _baseline_pending(study):
-                study.enqueue_trial(baseline_params(resolved, baseline_config), user_attrs={"baseline": True})
-                add -= 1
-            pending[0] = add
-        else:
-            queue(add)
+    budget = _Budget(study, settings, seeds)
+    budget.add(add)
     slots = _plan_slots(settings, jobs)
     if len(slots) > 1:
         ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
-
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     own_pools = pools is None
     log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if own_pools else pools.log_dir
-    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui) if own_pools else pools, len(slots))
+    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui) if own_pools else pools, len(slots), ui)
     ctx.leader = leader
     ctx.log_dir = log_dir
-
     pruner = pruner or (_env_pruner(), 5)
     ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
-    deadline = time.monotonic() + timeout if timeout else None
-    failed_baseline: list[Any] = []
+    worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None)
+    try:
+        ctx.pools.start_all(slots)
+        _run_workers(ctx, worker.work)
+    except KeyboardInterrupt:
+        raise _interrupted(study, settings, ctx, budget, storage_url) from None
+    finally:
+        if own_pools:
+            ctx.pools.close()
+            shutil.rmtree(log_dir, ignore_errors=True)
+        if leader is not None:
+            try:
+                leader.close()
+            except Exception:  # the followers also stop when the study has nothing left to run
+                pass
+        _record_run(study, worker.run_start, ctx, cold, stage, run_id)
+    if worker.failed_baseline:
+        raise _baseline_failed(study, settings, worker.failed_baseline[0])
+    return len(ctx.asked)
 
-    def work() -> None:
-        while not ctx.stop.is_set() and not failed_baseline and (deadline is None or time.monotonic() < deadline):
+
+class _Budget:
+    """This run's share of the study's queue: trials are queued at once, or (a new study) held back
+    until the baseline has completed, so that no process starts a sampled trial before it."""
+
+    def __init__(self, study, settings: Mapping[str, Any], seeds: Sequence[tuple[dict, dict]]):
+        self.study, self.settings = study, settings
+        self.seeds = list(seeds)
+        self.pending = 0
+
+    def add(self, n: int) -> None:
+        """Add ``n`` trials: the baseline first when the study has none (the rest wait for it)."""
+        if not n:
+            return
+        if self.study.user_attrs.get(BASELINE_ATTR) is not None:
+            self.queue(n)
+            return
+        if not _baseline_pending(self.study):
+            baseline = TrialConfig.from_dict(self.settings["baseline_config"])
+            self.study.enqueue_trial(baseline_params(self.settings["space"], baseline), user_attrs={"baseline": True})
+            n -= 1
+        self.pending = n
+
+    def queue(self, n: int) -> None:
+        """Queue ``n`` trials: the seeded configs first (``--enqueue``, a staged search's), then sampled ones."""
+        for _ in range(n):
+            if self.seeds:
+                params, user_attrs = self.seeds.pop(0)
+                self.study.enqueue_trial(params, user_attrs=user_attrs)
+            else:
+                self.study.enqueue_trial({})
+
+    def release(self) -> None:
+        """Queue the trials held back for the baseline."""
+        self.queue(self.pending)
+        self.pending = 0
+
+
+class _Worker:
+    """One thread's loop over the queue: claim a trial, run it, repeat until the queue is empty."""
+
+    def __init__(self, study, settings: Mapping[str, Any], ctx: _RunContext, budget: _Budget, deadline: float | None):
+        self.study, self.settings, self.ctx, self.budget, self.deadline = study, settings, ctx, budget, deadline
+        self.resolved = settings["space"]
+        self.baseline_config = TrialConfig.from_dict(settings["baseline_config"])
+        self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)
+        self.run_start = time.monotonic()
+
+    def work(self) -> None:
+        ctx, study = self.ctx, self.study
+        while not ctx.stop.is_set() and not self.failed_baseline and (self.deadline is None or time.monotonic() < self.deadline):
             with ctx.lock:
                 _fail_stale(study)
                 need_baseline = study.user_attrs.get(BASELINE_ATTR) is None
-                if pending[0] and not need_baseline:
+                if self.budget.pending and not need_baseline:
                     # the baseline completed (here, or in another process that started this study at the same time)
-                    queue(pending[0])
-                    pending[0] = 0
+                    self.budget.release()
                 trial = _claim(study, baseline_only=need_baseline)
                 if trial is not None:
                     ctx.asked.append(trial.number)
             if trial is None:
-                if need_baseline:
-                    if study.user_attrs.get(BASELINE_ATTR) is not None:
-                        continue  # the baseline completed meanwhile: take a sampled trial
-                    baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
-                    coming = any(t.state.name in ("WAITING", "RUNNING", "COMPLETE") for t in baselines)
-                    if coming or (not baselines and time.monotonic() - run_start < BASELINE_WAIT):
-                        time.sleep(1.0)  # another process runs (or is about to queue, or to publish) the baseline
-                        continue
-                    if not failed_baseline:
-                        failed_baseline.append(None)
-                    return
-                if _others_running(study, ctx):
-                    # the queue is empty, but another process's trial may still go stale and be retried
-                    time.sleep(1.0)
+                if self._wait(need_baseline):
                     continue
                 return
             # the study's baseline is its first queued baseline trial; another one (two `search` processes
@@ -180,81 +200,94 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
             is_baseline = need_baseline or (bool(trial.user_attrs.get("baseline")) and trial.number == _first_baseline(study))
             if trial.user_attrs.get("baseline") and not is_baseline:
                 trial.set_user_attr("baseline_repeat", True)
-            frozen = _run_one(study, trial, suggest_config(trial, resolved, baseline_config), settings, is_baseline, ui, ctx)
-            if not is_baseline:
-                continue
-            if frozen.state != optuna.trial.TrialState.COMPLETE:
-                failed_baseline.append(frozen)
+            frozen = _run_one(study, trial, suggest_config(trial, self.resolved, self.baseline_config), self.settings, is_baseline, ctx.ui, ctx)
+            if is_baseline and not self._baseline_done(frozen):
                 return
-            with ctx.lock:
-                queue(pending[0])  # queue first, then publish the baseline: no worker sees an empty queue
-                pending[0] = 0
-                study.set_user_attr(
-                    BASELINE_ATTR,
-                    {
-                        "trial": frozen.number,
-                        "samples_per_sec": frozen.user_attrs["samples_per_sec"],
-                        "loss": frozen.user_attrs["loss"],
-                        "loss_target": frozen.user_attrs.get("loss_target"),
-                    },
-                )
 
-    run_start = time.monotonic()
-    try:
-        ctx.pools.start_all(slots)
-        if ctx.jobs == 1:
-            work()
-        else:
+    def _wait(self, need_baseline: bool) -> bool:
+        """Whether to look at the queue again (after a pause) although nothing could be claimed."""
+        study = self.study
+        if need_baseline:
+            if study.user_attrs.get(BASELINE_ATTR) is not None:
+                return True  # the baseline completed meanwhile: take a sampled trial
+            baselines = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")]
+            coming = any(t.state.name in ("WAITING", "RUNNING", "COMPLETE") for t in baselines)
+            if coming or (not baselines and time.monotonic() - self.run_start < BASELINE_WAIT):
+                time.sleep(1.0)  # another process runs (or is about to queue, or to publish) the baseline
+                return True
+            if not self.failed_baseline:
+                self.failed_baseline.append(None)
+            return False
+        if _others_running(study, self.ctx):
+            # the queue is empty, but another process's trial may still go stale and be retried
+            time.sleep(1.0)
+            return True
+        return False
 
-            with concurrent.futures.ThreadPoolExecutor(max_workers=ctx.jobs) as executor:
-                futures = [executor.submit(work) for _ in range(ctx.jobs)]
-                try:
-                    for future in futures:
-                        future.result()
-                except KeyboardInterrupt:
-                    ctx.stop.set()
-                    ctx.kill_running()
-                    concurrent.futures.wait(futures)
-                    raise
-    except KeyboardInterrupt:
-        ctx.stop.set()
-        ctx.kill_running()
-        for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
-            _fail_interrupted(study, number)
-        waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
-        resume = ""
-        if waiting and not pending[0]:
-            resume = shlex.join(["autotune", "worker", "--study-name", settings["study_name"], "--storage", mask_url(storage_url)])
-        elif pending[0]:
-            resume = _resume_command(settings, storage_url, pending[0] + 1)
-        raise Interrupted(resume) from None
-    finally:
-        if own_pools:
-            ctx.pools.close()
-        if leader is not None:
-            try:
-                leader.close()
-            except Exception:  # the followers also stop when the study has nothing left to run
-                pass
+    def _baseline_done(self, frozen) -> bool:
+        """Publish a completed baseline (after queueing the held-back trials); ``False`` when it failed."""
+        if frozen.state != optuna.trial.TrialState.COMPLETE:
+            self.failed_baseline.append(frozen)
+            return False
+        with self.ctx.lock:
+            self.budget.release()  # queue first, then publish the baseline: no worker sees an empty queue
+            self.study.set_user_attr(
+                BASELINE_ATTR,
+                {
+                    "trial": frozen.number,
+                    "samples_per_sec": frozen.user_attrs["samples_per_sec"],
+                    "loss": frozen.user_attrs["loss"],
+                    "loss_target": frozen.user_attrs.get("loss_target"),
+                },
+            )
+        return True
 
-        if own_pools:
-            shutil.rmtree(log_dir, ignore_errors=True)
-        _record_run(study, run_start, ctx, cold, stage, run_id)
-    if failed_baseline:
-        frozen = failed_baseline[0]
-        if frozen is None:
-            failed = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name == "FAIL"]
-            if not failed:
-                raise BaselineFailedError(f"study {settings['study_name']!r} has no baseline queued; start it with `autotune search` first")
-            frozen = failed[-1]
-        reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
-        number = frozen.number
-        raise BaselineFailedError(
-            f"the baseline trial {number} (the model's own config) failed: {reason}; "
-            "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
-            "the study is inspected again while it has no baseline"
-        )
-    return len(ctx.asked)
+
+def _run_workers(ctx: _RunContext, work) -> None:
+    """Run ``work`` in this thread (one job) or in ``ctx.jobs`` threads; Ctrl-C stops them all."""
+    if ctx.jobs == 1:
+        work()
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=ctx.jobs) as executor:
+        futures = [executor.submit(work) for _ in range(ctx.jobs)]
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:
+            ctx.stop.set()
+            ctx.kill_running()
+            concurrent.futures.wait(futures)
+            raise
+
+
+def _interrupted(study, settings: Mapping[str, Any], ctx: _RunContext, budget: _Budget, storage_url: str) -> Interrupted:
+    """Stop the running trials after Ctrl-C, store them as interrupted, and say how to resume."""
+    ctx.stop.set()
+    ctx.kill_running()
+    for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
+        _fail_interrupted(study, number)
+    waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
+    resume = ""
+    if waiting and not budget.pending:
+        resume = shlex.join(["autotune", "worker", "--study-name", settings["study_name"], "--storage", mask_url(storage_url)])
+    elif budget.pending:
+        resume = _resume_command(settings, storage_url, budget.pending + 1)
+    return Interrupted(resume)
+
+
+def _baseline_failed(study, settings: Mapping[str, Any], frozen) -> BaselineFailedError:
+    """The error for a failed baseline (``frozen``; ``None`` when no process ever queued one)."""
+    if frozen is None:
+        failed = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name == "FAIL"]
+        if not failed:
+            return BaselineFailedError(f"study {settings['study_name']!r} has no baseline queued; start it with `autotune search` first")
+        frozen = failed[-1]
+    reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
+    return BaselineFailedError(
+        f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; "
+        "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
+        "the study is inspected again while it has no baseline"
+    )
 
 
 def _fail_stale(study) -> None:

@@ -82,8 +82,6 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         BaselineFailedError: The baseline trial failed.
         Interrupted: Ctrl-C; the running trial is stored as failed, finished trials are kept.
     """
-
-
     check_search_options(opts)
     if (opts.num_nodes or 1) > 1:
         _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
@@ -96,47 +94,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sqlite_path = _sqlite_path(storage_url)
-    settings = None
-    seeds = None
-    if sqlite_path is not None and not sqlite_path.exists():
-        # a new database: check the model before creating any file, so bad input leaves nothing behind
-        settings = _create_settings(opts, model_file, study_name, ui)
-        seeds = _check_run_inputs(opts, settings, new_study=True)
-    storage = open_storage(storage_url, heartbeat=True)
-    if study_name in _study_names(storage):
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        settings = study.user_attrs.get(SETTINGS_ATTR)
-        if settings is None:
-            raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
-        _check_resume(settings, opts, model_file)
-        if study.user_attrs.get(BASELINE_ATTR) is None:
-            # no baseline yet (it failed): the model or its config may have been fixed, so look again
-            fresh = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
-            study.set_user_attr(SETTINGS_ATTR, fresh)
-            settings = fresh
-        if opts.trial_timeout is not None:
-            settings = {**settings, "trial_timeout": opts.trial_timeout}
-        seeds = _check_run_inputs(opts, settings)
-        ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
-    else:
-        if settings is None:
-            settings = _create_settings(opts, model_file, study_name, ui)
-            seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
-        try:
-            study = optuna.create_study(
-                study_name=study_name,
-                storage=storage,
-                directions=directions(settings["objective"], settings["mode"]),
-            )
-        except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
-            study = optuna.load_study(study_name=study_name, storage=storage)
-        study.set_user_attr(SETTINGS_ATTR, settings)
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto" else ["samples_per_sec", settings["monitor"]])
-        ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
+    study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
@@ -144,24 +102,8 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
                          "after the baseline; raise --trials")
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
-    add = opts.trials
-    if opts.sampler == "grid":
-
-        left = grid_size(settings["space"]) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
-        if left < add:
-            ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
-            add = max(0, left)
-    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
-    if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
-        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
-                         "use --search flat")
     run_id = f"{os.getpid()}-{time.time():.0f}"
-    drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
-                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
-    if search == "staged":
-        ran = _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
-    else:
-        ran = drain(add=add, seeds=seeds)
+    ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
@@ -175,6 +117,73 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+
+
+def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui) -> tuple[Any, dict[str, Any], list]:
+    """Resume the study, or create it (a new SQLite file only after the model and the flags were
+    checked, so bad input leaves nothing behind). Returns ``(study, settings, --enqueue seeds)``.
+
+    Raises:
+        UsageError: As :func:`_create_settings`, :func:`_check_resume` and :func:`_check_run_inputs`.
+    """
+    sqlite_path = _sqlite_path(storage_url)
+    settings = seeds = None
+    if sqlite_path is not None and not sqlite_path.exists():
+        settings = _create_settings(opts, model_file, study_name, ui)
+        seeds = _check_run_inputs(opts, settings, new_study=True)
+    storage = open_storage(storage_url, heartbeat=True)
+    if study_name in _study_names(storage):
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        settings = study.user_attrs.get(SETTINGS_ATTR)
+        if settings is None:
+            raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
+        _check_resume(settings, opts, model_file)
+        if study.user_attrs.get(BASELINE_ATTR) is None:
+            # no baseline yet (it failed): the model or its config may have been fixed, so look again
+            settings = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
+            study.set_user_attr(SETTINGS_ATTR, settings)
+        if opts.trial_timeout is not None:
+            settings = {**settings, "trial_timeout": opts.trial_timeout}
+        seeds = _check_run_inputs(opts, settings)
+        ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
+        return study, settings, seeds
+    if settings is None:
+        settings = _create_settings(opts, model_file, study_name, ui)
+        seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
+    try:
+        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions(settings["objective"], settings["mode"]))
+    except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    study.set_user_attr(SETTINGS_ATTR, settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto"
+                               else ["samples_per_sec", settings["monitor"]])
+    ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
+    return study, settings, seeds
+
+
+def _search(study, settings: Mapping[str, Any], opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui) -> int:
+    """Run this search's ``--trials``, staged or flat (``--search``). Returns the trials this process ran.
+
+    Raises:
+        UsageError: ``--search staged`` with an objective a short run does not measure.
+    """
+    add = opts.trials
+    if opts.sampler == "grid":
+        left = grid_size(settings["space"]) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
+        if left < add:
+            ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
+            add = max(0, left)
+    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
+    if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
+                         "use --search flat")
+    drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
+                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
+    if search == "staged":
+        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
+    return drain(add=add, seeds=seeds)
 
 
 def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from autotune.config import TrialConfig
-from autotune.errors import UsageError
+from autotune.errors import FailKind, UsageError
 from autotune.study.records import _budget
 from autotune.study.settings import BASELINE_ATTR
 from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
@@ -29,6 +29,7 @@ from autotune.objective import (
     objective_values,
     time_to_target,
 )
+from autotune.optuna_compat import fixed_params, trial_of
 
 
 def _measure_attrs(outcome) -> dict[str, Any]:
@@ -84,14 +85,14 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
         try:
             loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
         except UsageError as e:
-            kind, reason = "monitor_missing", str(e)
+            kind, reason = FailKind.MONITOR_MISSING, str(e)
         else:
             attrs["loss"], attrs["loss_source"] = loss, source
             sps = measured["samples_per_sec"]
             if not math.isfinite(loss):
-                kind, reason = "nonfinite_loss", f"non-finite final {source} ({loss})"
+                kind, reason = FailKind.NONFINITE_LOSS, f"non-finite final {source} ({loss})"
             elif not (math.isfinite(sps) and sps > 0):
-                kind, reason = "no_measurement", "no steady-state steps were measured; raise --samples"
+                kind, reason = FailKind.NO_MEASUREMENT, "no steady-state steps were measured; raise --samples"
             else:
                 baseline = study.user_attrs.get(BASELINE_ATTR)
                 baseline_loss = loss if is_baseline else baseline["loss"]
@@ -113,11 +114,11 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
                 attrs["target_reached"] = reach.reached
                 if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
-                    kind, reason = "no_loss_curve", "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
+                    kind, reason = FailKind.NO_LOSS_CURVE, "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
                 _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
                 goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
                 if settings["objective"] == "goodput" and math.isnan(goodput) and kind is None:
-                    kind, reason = "no_noise_scale", "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
+                    kind, reason = FailKind.NO_NOISE_SCALE, "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
                 values = objective_values(settings["objective"], sps, loss, reach.seconds, goodput)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
@@ -223,7 +224,7 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
             ctx.oom_replacements += 1
             stage = trial.user_attrs.get("stage")
             if stage:  # a staged trial's replacement keeps its stage and the knobs its stage fixes
-                fixed = dict(study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params") or {})
+                fixed = fixed_params(study.get_trials(deepcopy=False)[trial.number])
                 if stage == "full":  # stage 2 fixes the system knobs; the sampler picks the rest
                     fixed = system_part(fixed)
                 study.enqueue_trial(fixed, user_attrs={"stage": stage})
@@ -234,7 +235,7 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
 def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
     """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
 
-    trial.set_user_attr("fail_kind", "predicted_oom")
+    trial.set_user_attr("fail_kind", FailKind.PREDICTED_OOM)
     trial.set_user_attr("fail_reason", reason)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     _replace(study, trial, ctx)
@@ -249,8 +250,8 @@ def _fail_interrupted(study, number: int) -> None:
     frozen = study.get_trials(deepcopy=False)[number]
     if frozen.state != optuna.trial.TrialState.RUNNING:
         return
-    trial = optuna.trial.Trial(study, frozen._trial_id)
-    trial.set_user_attr("fail_kind", "interrupted")
+    trial = trial_of(study, frozen)
+    trial.set_user_attr("fail_kind", FailKind.INTERRUPTED)
     trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
 

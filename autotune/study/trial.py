@@ -3,18 +3,20 @@ tell the study (:mod:`autotune.study.tell`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import threading
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, FailKind
+from autotune.optuna_compat import heartbeat_interval, record_heartbeat
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
-from autotune.runner import TrialOutcome, kill_group, run_trial_process
+from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
 from autotune.study.memory import _predicted_oom
 from autotune.study.records import _budget, _measured_before
 from autotune.study.staged import system_budget
@@ -29,8 +31,8 @@ from autotune.study.tell import (
 class _RunContext:
     """What the trials of one ``search`` run share: slots, warm pools, running trials, Ctrl-C."""
 
-    def __init__(self, slots, pools, jobs: int):
-
+    def __init__(self, slots, pools, jobs: int, ui):
+        self.ui = ui
         self.pools = pools
         self.jobs = jobs
         self.leader = None
@@ -54,15 +56,16 @@ class _RunContext:
         self._free.put(slot)
 
     def kill_running(self) -> None:
-
         for pgid in list(self.running.values()):
             kill_group(pgid)
 
 
-def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: "_RunContext") -> Any:
-    """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial."""
+def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: _RunContext) -> Any:
+    """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial.
 
-
+    A config a completed trial measured at the same budget is not trained again (a duplicate), and
+    one the OOM frontier rules out is pruned unrun; both are told at once.
+    """
     trial.set_user_attr("config", config.to_dict())
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
@@ -77,75 +80,76 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         reason = _predicted_oom(study, config)
         if reason is not None:
             return _prune_predicted_oom(study, trial, reason, ui, ctx)
-    spec = {
-        "model_file": settings["model_file"],
-        "model_class": settings["model_class"],
-        "data_class": settings["data_class"],
-        "config_file": settings["config_file"],
-        "user_config": settings.get("user_config"),
-        "targets": settings["targets"],
-        "config": config.to_dict(),
-        "samples": _budget(trial.user_attrs, settings),
-        "seed": settings["seed"],
-    }
-    slot = ctx.take_slot()
+    spec = trial_spec(settings, config.to_dict(), _budget(trial.user_attrs, settings), settings["seed"])
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
     # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
-    beating = _start_heartbeat(study, trial)
-    try:
+    with heartbeat(study, trial) as beating:
+        slot = ctx.take_slot()
         try:
-            launch, node_env = None, {}
-            progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
-            node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
-            ui.trial_progress(trial.number, progress_file)
-            if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
-                    and "trial_samples" not in trial.user_attrs and intermediate_metric(settings["objective"]) is not None):
-                _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
-            if ctx.leader is not None:
-                launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
-                node_env.update(rendezvous)
-            outcome = run_trial_process(
-                spec,
-                timeout=float(settings["trial_timeout"]),
-                trial_number=trial.number,
-                expected_ranks=config.devices if launch else config.world_size,
-                devices=config.devices,
-                pool=None if config.strategy == "fsdp" else ctx.pools.get(slot),  # FSDP launches its ranks as scripts
-                slot_env={**slot.env, **node_env},
-                on_start=lambda pgid: _trial_started(ctx, trial, pgid),
-            )
-            if launch:
-                outcome = ctx.leader.gather(launch, outcome)
-        except KeyboardInterrupt:
-            _fail_interrupted(study, trial.number)
-            raise
-        except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
-
-            outcome = TrialOutcome(ok=False, fail_kind="crashed", fail_reason=f"crashed: {str(e).splitlines()[0]}")
+            outcome = _train(study, trial, config, spec, settings, is_baseline, ctx, slot, beating)
         finally:
             ctx.running.pop(trial.number, None)
             ctx.give_slot(slot)
-        if ctx.stop.is_set() and not outcome.ok:
-            outcome.fail_kind, outcome.fail_reason = "interrupted", "interrupted: Ctrl-C in the autotune process"
-        pruned = ctx.pruned.pop(trial.number, None)
-        try:
-            if pruned is not None and not outcome.ok:
-                trial.set_user_attr("fail_kind", "pruned")
-                trial.set_user_attr("fail_reason", pruned)
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            else:
-                _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
-        except optuna.exceptions.UpdateFinishedTrialError as e:
-            # another worker failed this trial as stale meanwhile (and retried it): log, never crash
-            ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
-    finally:
-        beating.set()
+        _finish(study, trial, outcome, settings, is_baseline, ui, ctx, slot)
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
 
 
-def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", progress_file: str, budget: int, done) -> None:
+def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings: Mapping[str, Any], is_baseline: bool,
+           ctx: _RunContext, slot, beating: threading.Event) -> TrialOutcome:
+    """Run the trial's process (and, on a multi-node study, gather the other nodes' ranks) in ``slot``.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C; the trial is stored as interrupted first.
+    """
+    try:
+        launch, node_env = None, {}
+        progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
+        node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
+        ctx.ui.trial_progress(trial.number, progress_file)
+        if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
+                and "trial_samples" not in trial.user_attrs and intermediate_metric(settings["objective"]) is not None):
+            _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
+        if ctx.leader is not None:
+            launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
+            node_env.update(rendezvous)
+        outcome = run_trial_process(
+            spec,
+            timeout=float(settings["trial_timeout"]),
+            trial_number=trial.number,
+            expected_ranks=config.devices if launch else config.world_size,
+            devices=config.devices,
+            pool=None if config.strategy == "fsdp" else ctx.pools.get(slot),  # FSDP launches its ranks as scripts
+            slot_env={**slot.env, **node_env},
+            on_start=lambda pgid: _trial_started(ctx, trial, pgid),
+        )
+        return ctx.leader.gather(launch, outcome) if launch else outcome
+    except KeyboardInterrupt:
+        _fail_interrupted(study, trial.number)
+        raise
+    except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
+        return TrialOutcome(ok=False, fail_kind=FailKind.CRASHED, fail_reason=f"crashed: {str(e).splitlines()[0]}")
+
+
+def _finish(study, trial, outcome: TrialOutcome, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: _RunContext, slot) -> None:
+    """Tell the study how the trial ended: pruned by the watcher, interrupted by Ctrl-C, or its figures."""
+    if ctx.stop.is_set() and not outcome.ok:
+        outcome.fail_kind, outcome.fail_reason = FailKind.INTERRUPTED, "interrupted: Ctrl-C in the autotune process"
+    pruned = ctx.pruned.pop(trial.number, None)
+    try:
+        if pruned is not None and not outcome.ok:
+            trial.set_user_attr("fail_kind", FailKind.PRUNED)
+            trial.set_user_attr("fail_reason", pruned)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
+    except optuna.exceptions.UpdateFinishedTrialError as e:
+        # another worker failed this trial as stale meanwhile (and retried it): log, never crash
+        ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
+
+
+def _start_watch(study, trial, settings: Mapping[str, Any], ctx: _RunContext, progress_file: str, budget: int, done) -> None:
     """Watch a running trial's progress preview; at each milestone record its intermediate value and
     stop it (its process group) when the pruner says so (see :mod:`autotune.pruning`). Ends with ``done``."""
 
@@ -201,31 +205,32 @@ def _start_watch(study, trial, settings: Mapping[str, Any], ctx: "_RunContext", 
     threading.Thread(target=watch, name=f"watch-{trial.number}", daemon=True).start()
 
 
-def _trial_started(ctx: "_RunContext", trial, pgid: int) -> None:
+def _trial_started(ctx: _RunContext, trial, pgid: int) -> None:
     """Note a running trial's process group: for Ctrl-C, and on the trial (stored at once, so even
     an interrupted trial names the group that was killed)."""
     ctx.running[trial.number] = pgid
     trial.set_user_attr("process_group", pgid)
 
 
-def _start_heartbeat(study, trial):
-    """Record the trial's heartbeat every interval until the returned event is set (RDB storages)."""
-
+@contextlib.contextmanager
+def heartbeat(study, trial) -> Iterator[threading.Event]:
+    """Record the trial's heartbeat every interval while the block runs (storages with heartbeats),
+    as Optuna's ``optimize`` does; yields the event that is set when the block ends."""
     stop = threading.Event()
-    storage = study._storage
-    interval = storage.get_heartbeat_interval() if hasattr(storage, "get_heartbeat_interval") else None
-    if not interval:
-        return stop
+    interval = heartbeat_interval(study)
 
     def beat() -> None:
         while True:
             try:
-                storage.record_heartbeat(trial._trial_id)
+                record_heartbeat(study, trial)
             except Exception:  # a database hiccup: the next beat retries
                 pass
             if stop.wait(interval):
                 return
 
-    threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True).start()
-    return stop
-
+    if interval:
+        threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True).start()
+    try:
+        yield stop
+    finally:
+        stop.set()
