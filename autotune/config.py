@@ -122,6 +122,28 @@ class TrialConfig:
             return None
         return "default" if self.compile is True else str(self.compile)
 
+    def trainer_args(self) -> dict[str, Any]:
+        """The Lightning ``Trainer`` keyword arguments this config sets, as a plain ``dict``.
+
+        ``accelerator``, ``devices``, ``strategy``, ``precision``, ``accumulate_grad_batches`` and
+        ``num_nodes``, each under the ``Trainer`` argument's own name. The extended space's other
+        fields (``compile``, ``channels_last``, ``float32_matmul_precision``, the DataLoader's
+        ``pin_memory``/``prefetch_factor``) are not ``Trainer`` arguments and are not included.
+        Used by the trial process (``Trainer(**config.trainer_args(), ...)``) and by the export's
+        ``trainer:`` section, so the two cannot drift apart.
+
+        Returns:
+            Argument name to value, in the order above (JSON-serialisable).
+        """
+        return {
+            "accelerator": self.accelerator,
+            "devices": self.devices,
+            "strategy": self.strategy,
+            "precision": self.precision,
+            "accumulate_grad_batches": self.accumulate_grad_batches,
+            "num_nodes": self.num_nodes,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """Plain ``dict`` of the fields, for JSON and Optuna user attributes (extended fields only when set)."""
         out = dataclasses.asdict(self)

@@ -54,15 +54,24 @@ def lightning_cli_config(
     }
     if has_datamodule:
         doc["data"] = copy.deepcopy(dict(user_config.get("data", {})))
-    doc["trainer"].update(
-        accelerator=config.accelerator,
-        devices=config.devices,
-        strategy=config.strategy,
-        precision=config.precision,
-        accumulate_grad_batches=config.accumulate_grad_batches,
-    )
-    if config.num_nodes != 1:
-        doc["trainer"]["num_nodes"] = config.num_nodes
+    trainer = config.trainer_args()
+    num_nodes = trainer.pop("num_nodes")
+    doc["trainer"].update(trainer)
+    if num_nodes != 1:  # (a one-node run leaves num_nodes to the user's config or Lightning's default)
+        doc["trainer"]["num_nodes"] = num_nodes
+    notes = _set_knobs(doc, config, targets)
+    loader_owner = "data" if has_datamodule else "model"
+    notes += _extended_notes(doc, config, loader_owner, ((model_info or {}).get("signature") or {}).get(loader_owner) or {}, baseline)
+    if not doc["model"]:
+        del doc["model"]
+    if has_datamodule and not doc.get("data"):
+        doc.pop("data", None)
+    return doc, notes
+
+
+def _set_knobs(doc: dict[str, Any], config: TrialConfig, targets: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Put the knobs applied through constructor arguments, and the searched ``model_args``/``data_args``,
+    under ``model:``/``data:`` in ``doc``; return a note per knob applied as an attribute."""
     notes: list[str] = []
     for knob, target in targets.items():
         value = getattr(config, knob)
@@ -78,16 +87,22 @@ def lightning_cli_config(
     for section, args in (("model", config.model_args), ("data", config.data_args)):
         for name, value in (args or {}).items():
             doc.setdefault(section, {})[name] = value
-    signature = (model_info or {}).get("signature") or {}
-    loader_owner = "data" if has_datamodule else "model"
+    return notes
+
+
+def _extended_notes(doc: dict[str, Any], config: TrialConfig, loader_owner: str, loader_args: Mapping[str, Any],
+                    baseline: TrialConfig | None) -> list[str]:
+    """The extended knobs: ``pin_memory``/``prefetch_factor`` under ``loader_owner`` in ``doc`` when its
+    class takes them (``loader_args``: its constructor signature), else notes; notes for the rest."""
     def unchanged(knob: str) -> bool:
         return baseline is not None and getattr(baseline, knob) == getattr(config, knob)
 
+    notes: list[str] = []
     for knob in ("pin_memory", "prefetch_factor"):
         value = getattr(config, knob)
         if value is None or unchanged(knob) or (knob == "prefetch_factor" and config.num_workers == 0):
             continue  # (PyTorch takes prefetch_factor only with worker processes)
-        if knob in (signature.get(loader_owner) or {}):
+        if knob in loader_args:
             doc.setdefault(loader_owner, {})[knob] = value
         else:
             notes.append(f"{knob}: {value!r}  # pass {knob}={value!r} to the DataLoader(...) your train_dataloader()/val_dataloader() return")
@@ -101,11 +116,7 @@ def lightning_cli_config(
     if config.float32_matmul_precision and not unchanged("float32_matmul_precision"):
         notes.append(f"float32_matmul_precision: {config.float32_matmul_precision}  # "
                      f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training")
-    if not doc["model"]:
-        del doc["model"]
-    if has_datamodule and not doc.get("data"):
-        doc.pop("data", None)
-    return doc, notes
+    return notes
 
 
 def render_yaml(document: Mapping[str, Any], header: list[str], notes: list[str] | None = None) -> str:

@@ -74,13 +74,8 @@ def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str,
     """
     kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS}
     _, batches = total_batches(config, samples)
+    kwargs.update(config.trainer_args())
     kwargs.update(
-        accelerator=config.accelerator,
-        devices=config.devices,
-        strategy=config.strategy,
-        num_nodes=config.num_nodes,
-        precision=config.precision,
-        accumulate_grad_batches=config.accumulate_grad_batches,
         max_steps=-1,  # the measurement callback stops training after the planned batches
         max_epochs=-1,
         val_check_interval=batches,

@@ -17,6 +17,33 @@ def test_trial_config_validation_and_effective_batch():
         TrialConfig(batch_size=0)
 
 
+def test_trainer_args_are_the_trainer_keywords_the_config_sets():
+    c = TrialConfig(batch_size=16, precision="bf16-mixed", accumulate_grad_batches=4, accelerator="gpu", devices=2, strategy="fsdp",
+                    num_nodes=3, num_workers=2, lr=0.1, pin_memory=True, compile="default", channels_last=True,
+                    float32_matmul_precision="high", model_args={"hidden": 8})
+    args = c.trainer_args()
+    assert args == {"accelerator": "gpu", "devices": 2, "strategy": "fsdp", "precision": "bf16-mixed",
+                    "accumulate_grad_batches": 4, "num_nodes": 3}
+    assert TrialConfig(batch_size=1).trainer_args() == {"accelerator": "cpu", "devices": 1, "strategy": "auto", "precision": "32-true",
+                                                        "accumulate_grad_batches": 1, "num_nodes": 1}
+    args["devices"] = 8  # a fresh plain dict each call
+    assert c.trainer_args()["devices"] == 2
+
+
+def test_trainer_args_feed_the_trial_trainer_and_the_export():
+    from autotune.export import lightning_cli_config
+    from autotune.target import trainer_kwargs
+
+    c = TrialConfig(batch_size=16, precision="16-mixed", accumulate_grad_batches=2, accelerator="gpu", devices=4, strategy="ddp", num_nodes=2)
+    kwargs = trainer_kwargs(c, samples=1024, user_trainer={"precision": "64-true", "gradient_clip_val": 1.0}, root_dir="/tmp/x")
+    assert {k: kwargs[k] for k in c.trainer_args()} == c.trainer_args()
+    assert kwargs["gradient_clip_val"] == 1.0
+    doc, _ = lightning_cli_config(c, {})
+    assert doc["trainer"] == c.trainer_args()
+    doc, _ = lightning_cli_config(c.replace(num_nodes=1), {})  # one node: num_nodes is left out of the export
+    assert "num_nodes" not in doc["trainer"]
+
+
 def test_default_names_and_masking():
     assert default_study_name("examples/digits/model.py") == "digits"
     assert default_study_name("examples/digits/my_net.py") == "my_net"
