@@ -1,0 +1,81 @@
+"""Studies built without training: trials added with the user attributes a real search stores."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from autotune.config import PRECISIONS, TrialConfig
+from autotune.objective import constraint_value, directions
+from autotune.study import BASELINE_ATTR, SETTINGS_ATTR
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+#: The baseline config of every study here (the model's own values).
+BASELINE = TrialConfig(batch_size=16, lr=0.05)
+
+DISTRIBUTIONS = {
+    "batch_size": CategoricalDistribution([16, 32, 64, 128, 256, 512]),
+    "precision": CategoricalDistribution(list(PRECISIONS)),
+    "accumulate_grad_batches": IntDistribution(1, 8),
+    "num_workers": IntDistribution(0, 4),
+    "lr": FloatDistribution(0.005, 0.5, log=True),
+}
+
+
+def make_study(storage: str | None = None, **settings):
+    """A study with autotune's settings (the keys the study's queries read; ``settings`` overrides them)."""
+    values = {"study_name": "s", "objective": "throughput", "mode": "min", "loss_tolerance": 0.05, "samples": 1024,
+              "monitor": "val_loss", "monitor_explicit": False, "devices": 1, "baseline_config": BASELINE.to_dict(), **settings}
+    study = optuna.create_study(storage=storage, directions=directions(values["objective"], values["mode"]))
+    study.set_user_attr(SETTINGS_ATTR, values)
+    return study
+
+
+def add(study, sps: float | None = 100.0, loss: float | None = 1.0, state: str = "COMPLETE", baseline: bool = False,
+        attrs: dict | None = None, **config):
+    """Add a finished trial of ``TrialConfig(**config)`` (fields default to the baseline's) and return it frozen.
+
+    A completed trial is judged against the study's baseline loss as a search trial is (``feasible``,
+    ``constraint``), unless it is a short stage-1 run (``trial_samples``: not judged). The first
+    ``baseline`` trial becomes the study's baseline (its ``baseline`` study attribute). ``attrs`` adds
+    or overrides user attributes (``confirm_of``, ``duplicate_of``, ``fail_kind``, ...).
+    """
+    cfg = BASELINE.replace(**config)
+    params = {"batch_size": cfg.batch_size, "precision": cfg.precision, "accumulate_grad_batches": cfg.accumulate_grad_batches,
+              "num_workers": cfg.num_workers, "lr": cfg.lr}
+    settings = study.user_attrs[SETTINGS_ATTR]
+    user_attrs = {"config": cfg.to_dict(), "effective_batch_size": cfg.effective_batch_size, "baseline": baseline}
+    if sps is not None:
+        user_attrs["samples_per_sec"] = sps
+    if loss is not None:
+        user_attrs["loss"] = loss
+    user_attrs.update(attrs or {})
+    info = study.user_attrs.get(BASELINE_ATTR)
+    if state == "COMPLETE" and "trial_samples" in user_attrs:
+        user_attrs.setdefault("feasible", None)
+        user_attrs.setdefault("constraint", None)
+    elif state == "COMPLETE":
+        reference = loss if info is None else info["loss"]
+        constraint = constraint_value(loss, reference, settings["loss_tolerance"], settings["mode"])
+        user_attrs.setdefault("constraint", constraint)
+        user_attrs.setdefault("feasible", constraint <= 0)
+    values = None
+    if state == "COMPLETE":
+        values = [sps] if len(study.directions) == 1 else [sps, loss]
+    study.add_trial(optuna.trial.create_trial(params=params, distributions={k: DISTRIBUTIONS[k] for k in params}, values=values,
+                                              state=getattr(optuna.trial.TrialState, state), user_attrs=user_attrs))
+    frozen = study.get_trials(deepcopy=False)[-1]
+    if baseline and info is None and state == "COMPLETE":
+        study.set_user_attr(BASELINE_ATTR, {"trial": frozen.number, "samples_per_sec": sps, "loss": loss, "loss_target": None})
+    return frozen
+
+
+def confirm(study, of, values, loss: float = 1.0, samples: int = 2048, failed: int = 0):
+    """Confirmation runs of trial ``of``'s config at ``samples`` (one per value, then ``failed`` failed ones); returns them."""
+    original = study.get_trials(deepcopy=False)[of]
+    config = TrialConfig.from_dict(original.user_attrs["config"]).to_dict()
+    runs = [add(study, sps, loss, attrs={"confirm_of": of, "confirm_samples": samples}, **config) for sps in values]
+    runs += [add(study, None, None, state="FAIL", attrs={"confirm_of": of, "confirm_samples": samples, "fail_kind": "nonfinite_loss"},
+                 **config) for _ in range(failed)]
+    return runs

@@ -1,0 +1,58 @@
+"""One search down the default path: staged search, the median pruner, and confirmation before recommending.
+
+tests/conftest.py turns all three off for the rest of the suite (AUTOTUNE_SEARCH=flat, AUTOTUNE_PRUNER=none,
+AUTOTUNE_CONFIRM=0); this test sets them back to what a user gets.
+"""
+
+import pytest
+
+from autotune.study import load_study, recommendation
+from conftest import MODELS, load
+
+#: A user's environment: $AUTOTUNE_CONFIRM empty reads as unset (--confirm's default, 3 configs).
+DEFAULTS = {"AUTOTUNE_CONFIRM": "", "AUTOTUNE_PRUNER": "median", "AUTOTUNE_SEARCH": "staged"}
+#: Every step of batch 16 sleeps 50 ms more, so that the batch-32 configs are surely the fastest.
+SLOW_16 = {"TINY_SLOW_BATCH": "16"}
+
+
+@pytest.mark.slow
+def test_the_default_search_screens_short_trains_the_fastest_in_full_and_confirms_before_recommending(tmp_path, cli):
+    db = tmp_path / "s.db"
+    space = tmp_path / "space.yaml"
+    # four system points (the baseline's is one), so stage 1 screens the other three; at 2048 samples a
+    # stage-1 run of batch 16 or 32 (32 steps: 512 or 1024 samples) is shorter than the budget
+    space.write_text("batch_size: {choices: [16, 32]}\nprecision: {choices: ['32-true', 'bf16-mixed']}\n"
+                     "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
+    r = cli("search", MODELS / "tiny.py", "--trials", 6, "--samples", 2048, "--confirm-repeats", 2, "--confirm-samples", 512,
+            "--space", space, "--storage", f"sqlite:///{db}", env={**DEFAULTS, **SLOW_16}, check_rc=0)
+    assert "staged search: 3 system-knob screening run(s)" in r.stdout
+    study = load(db, "tiny")
+    trials = study.trials
+    base = trials[0]
+    assert base.user_attrs["baseline"] and study.user_attrs["baseline"]["trial"] == 0
+    short = [t for t in trials if t.user_attrs.get("stage") == "system"]
+    full = [t for t in trials if t.user_attrs.get("stage") == "full"]
+    runs = [t for t in trials if "confirm_of" in t.user_attrs]
+    assert len(short) == 3 and len(full) == 2 and len(trials) == 6 + len(runs)
+    for t in short:  # the baseline's lr and accumulation; a short budget whose loss is not judged
+        assert t.params["lr"] == base.params["lr"] and t.params["accumulate_grad_batches"] == 1
+        assert t.user_attrs["trial_samples"] == 32 * t.params["batch_size"] < 2048 and t.user_attrs["feasible"] is None
+    assert max(t.number for t in short) < min(t.number for t in full) < min(t.number for t in runs)
+    # stage 2: the two batch-32 configs (faster than any of batch 16) at the full budget and the baseline's lr, judged
+    assert sorted(t.params["precision"] for t in full) == ["32-true", "bf16-mixed"]
+    for t in full:
+        assert t.params["batch_size"] == 32 and t.params["lr"] == base.params["lr"] and t.params["accumulate_grad_batches"] == 1
+        assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
+    # confirmation (on by default): the baseline and every feasible full-budget config, 2 runs each at 512 samples
+    confirmed = {t.user_attrs["confirm_of"] for t in runs}
+    assert 0 in confirmed and all(trials[n].user_attrs["feasible"] and "trial_samples" not in trials[n].user_attrs for n in confirmed)
+    assert all(t.user_attrs["confirm_samples"] == 512 and t.params == trials[t.user_attrs["confirm_of"]].params for t in runs)
+    assert sorted(t.user_attrs["confirm_of"] for t in runs) == sorted(2 * list(confirmed))
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    _, settings = load_study("tiny", f"sqlite:///{db}")
+    recommended, baseline = recommendation(study, settings)
+    assert recommended is not None and "confirm_of" in recommended.user_attrs  # a confirmed config's run, not a single search trial
+    assert "trial_samples" not in recommended.user_attrs and recommended.user_attrs.get("stage") != "system"
+    assert baseline.user_attrs["confirm_of"] == 0
+    export = (tmp_path / "tiny.best.yaml").read_text()
+    assert f"trial {recommended.number} of {len(trials)}" in export and "confirmed: config of trial" in export

@@ -1,0 +1,159 @@
+"""The study's records, its baseline, and the recommendation with and without confirmation runs."""
+
+import math
+
+import optuna
+
+from autotune.study import (_baseline_pending, _first_baseline, _search_records, confirm_candidates, confirmation,
+                            recommendation, records_of)
+
+from .helpers import add, confirm, make_study
+
+
+def _settings(study):
+    return study.user_attrs["autotune"]
+
+
+def test_records_of_reduces_every_trial_and_reads_a_target_never_reached_as_inf():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True, attrs={"time_to_target": 2.5, "target_reached": True})
+    add(study, 150.0, 1.01, attrs={"time_to_target": None, "goodput": 90.0}, batch_size=32)
+    add(study, None, None, state="FAIL", attrs={"fail_kind": "oom"}, batch_size=512)
+    records = records_of(study)
+    assert [(r.number, r.complete, r.baseline) for r in records] == [(0, True, True), (1, True, False), (2, False, False)]
+    assert records[0].time_to_target == 2.5 and records[0].target_reached
+    assert records[1].time_to_target == math.inf and not records[1].target_reached and records[1].goodput == 90.0
+    assert math.isnan(records[2].samples_per_sec) and math.isnan(records[2].loss) and math.isnan(records[2].time_to_target)
+
+
+def test_a_study_without_a_baseline_recommends_nothing():
+    study = make_study()
+    add(study, 500.0, 1.0, batch_size=64)  # a completed trial, but no baseline to judge its loss against
+    assert recommendation(study, _settings(study)) == (None, None)
+    assert confirm_candidates(study, _settings(study), 3) == []
+    assert confirmation(study, _settings(study)) is None
+
+
+def test_the_fastest_feasible_trial_is_recommended_not_a_faster_infeasible_one():
+    study = make_study()
+    base = add(study, 100.0, 1.0, baseline=True)
+    add(study, 300.0, 1.2, batch_size=128)  # fastest, but its loss is 20% worse: infeasible
+    good = add(study, 200.0, 1.04, batch_size=64)  # within 5%
+    add(study, 180.0, 0.9, batch_size=32)
+    add(study, None, None, state="FAIL", attrs={"fail_kind": "crashed"}, batch_size=256)
+    recommended, baseline = recommendation(study, _settings(study))
+    assert recommended.number == good.number and baseline.number == base.number
+
+
+def test_the_baseline_is_recommended_when_nothing_beats_it_within_tolerance():
+    study = make_study()
+    base = add(study, 100.0, 1.0, baseline=True)
+    add(study, 400.0, 1.5, batch_size=128)
+    add(study, 100.0, 1.0, lr=0.02)  # as fast and as good: the tie goes to the baseline
+    assert recommendation(study, _settings(study))[0].number == base.number
+
+
+def test_with_mode_max_a_lower_metric_is_the_worse_one():
+    study = make_study(mode="max", monitor="val_acc")
+    add(study, 100.0, 0.90, baseline=True)
+    add(study, 300.0, 0.80, batch_size=128)  # below 0.90 - 5% = 0.855
+    within = add(study, 200.0, 0.86, batch_size=64)
+    assert recommendation(study, _settings(study))[0].number == within.number
+
+
+def test_short_runs_duplicates_and_confirmation_runs_are_not_search_records():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    full = add(study, 200.0, 1.0, batch_size=32)
+    add(study, 900.0, 0.5, attrs={"trial_samples": 256, "stage": "system"}, batch_size=64)  # fastest, but a short run
+    add(study, 200.0, 1.0, attrs={"duplicate_of": full.number}, batch_size=32)
+    assert [r.number for r in _search_records(study)] == [0, 1]
+    assert recommendation(study, _settings(study))[0].number == full.number  # not the short run's 900 samples/s
+    confirm(study, full.number, [250.0])
+    assert [r.number for r in _search_records(study)] == [0, 1]
+
+
+def test_a_stage_1_run_as_long_as_the_full_budget_is_a_search_record():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    whole = add(study, 300.0, 1.0, attrs={"stage": "system"}, batch_size=64)  # 32 steps of 64 were the whole budget: judged
+    assert recommendation(study, _settings(study))[0].number == whole.number
+
+
+def test_confirm_candidates_are_the_best_distinct_feasible_configs_without_the_baseline():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 450.0, 1.0, lr=0.05)  # the baseline's config measured again (an --enqueue'd repeat): never a candidate
+    a = add(study, 400.0, 1.0, batch_size=64)
+    add(study, 380.0, 1.0, batch_size=64)  # a's config again: one candidate per config
+    add(study, 500.0, 1.3, batch_size=128)  # infeasible
+    b = add(study, 300.0, 1.02, batch_size=32)
+    add(study, 350.0, 1.0, attrs={"trial_samples": 256, "stage": "system"}, batch_size=256)  # short: not judged
+    c = add(study, 150.0, 0.95, batch_size=32, accumulate_grad_batches=2)
+    settings = _settings(study)
+    assert [t.number for t in confirm_candidates(study, settings, 2)] == [a.number, b.number]
+    assert [t.number for t in confirm_candidates(study, settings, 10)] == [a.number, b.number, c.number]
+    assert confirm_candidates(study, settings, 0) == []
+
+
+def test_confirmation_groups_the_runs_of_the_latest_budget_per_config():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    fast = add(study, 300.0, 1.0, batch_size=64, precision="bf16-mixed")
+    confirm(study, 0, [90.0, 95.0], samples=1024)  # an earlier confirmation at another budget
+    confirm(study, 0, [100.0, 104.0, 98.0], samples=4096)
+    confirm(study, fast.number, [280.0, 290.0], samples=4096, failed=1)
+    groups, choice, samples = confirmation(study, _settings(study))
+    assert samples == 4096
+    assert [(g.number, g.baseline, g.values, g.failed, g.distance) for g in groups] == [
+        (0, True, (100.0, 104.0, 98.0), 0, 0),
+        (fast.number, False, (280.0, 290.0), 1, 2),  # batch_size and precision differ from the baseline's
+    ]
+    assert choice.chosen is groups[0]  # the faster config had a failed run: ineligible
+
+
+def test_with_confirmation_runs_the_chosen_configs_median_run_is_recommended():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    fast = add(study, 300.0, 1.0, batch_size=64)
+    add(study, 900.0, 1.0, batch_size=256)  # the best single run, never confirmed: not recommended
+    base_runs = confirm(study, 0, [104.0, 100.0, 98.0])
+    fast_runs = confirm(study, fast.number, [310.0, 250.0, 290.0])
+    recommended, baseline = recommendation(study, _settings(study))
+    assert recommended.number == fast_runs[2].number  # 290: the median, neither the fastest nor the first run
+    assert baseline.number == base_runs[1].number  # the baseline is its median confirmation run too
+
+
+def test_a_confirmed_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    fast = add(study, 300.0, 1.0, batch_size=64)
+    base_runs = confirm(study, 0, [100.0, 101.0, 99.0], loss=0.5)
+    confirm(study, fast.number, [300.0, 301.0, 299.0], loss=0.6)  # 20% above the baseline's median at this budget
+    assert recommendation(study, _settings(study))[0].number == base_runs[0].number
+
+
+def test_no_completed_baseline_confirmation_means_no_recommendation():
+    study = make_study()
+    base = add(study, 100.0, 1.0, baseline=True)
+    fast = add(study, 300.0, 1.0, batch_size=64)
+    confirm(study, 0, [], failed=2)
+    confirm(study, fast.number, [300.0, 305.0])
+    recommended, baseline = recommendation(study, _settings(study))
+    assert recommended is None  # nothing is recommended from single runs once the study confirms
+    assert baseline.number == base.number
+
+
+def test_the_first_baseline_that_did_not_fail_is_the_studys_baseline():
+    study = make_study()
+    assert _first_baseline(study) is None and not _baseline_pending(study)
+    add(study, None, None, state="FAIL", baseline=True, attrs={"fail_kind": "crashed"})
+    study.enqueue_trial({"batch_size": 16}, user_attrs={"baseline": True})
+    study.enqueue_trial({"batch_size": 16}, user_attrs={"baseline": True})  # a second process queued one too
+    assert _first_baseline(study) == 1 and _baseline_pending(study)
+    trial = study.ask()  # trial 1 runs
+    assert _baseline_pending(study)
+    study.tell(trial, [100.0])
+    assert _first_baseline(study) == 1 and _baseline_pending(study)  # trial 2 still waits
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    assert not _baseline_pending(study) and _first_baseline(study) == 1
