@@ -1,7 +1,7 @@
 """A sampled config measured before at the same budget is a duplicate (not trained again); nothing else is."""
 
 from autotune.config import TrialConfig
-from autotune.study import _budget, _measured_before
+from autotune.study.records import _budget, _measured_before
 
 from .helpers import BASELINE, add, make_study
 

@@ -1,6 +1,8 @@
 """The OOM frontier over a study's trials: which configs are predicted to run out of memory, and the summary."""
 
-from autotune.study import _predicted_oom, frontier_lines, oom_frontier
+from autotune.study import oom_frontier
+from autotune.study.memory import _predicted_oom
+from autotune.summary import frontier_lines
 
 from .helpers import BASELINE, add, make_study
 
@@ -60,5 +62,5 @@ def test_oom_frontier_lists_settings_with_an_oom_and_the_largest_batch_that_fit(
     _oom(study, 256)
     add(study, 300.0, 1.0, batch_size=512, precision="bf16-mixed")  # no OOM at this precision: not listed
     assert oom_frontier(study) == [{"devices": 1, "strategy": "auto", "precision": "32-true", "fits_up_to": 128, "oom_from": 256}]
-    assert frontier_lines(study) == ["OOM frontier: 32-true, 1 device(s), auto: per-device batch <= 128 fits, "
+    assert frontier_lines(oom_frontier(study)) == ["OOM frontier: 32-true, 1 device(s), auto: per-device batch <= 128 fits, "
                                      ">= 256 runs out of memory (not run again)"]

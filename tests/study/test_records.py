@@ -4,8 +4,8 @@ import math
 
 import optuna
 
-from autotune.study import (_baseline_pending, _first_baseline, _search_records, confirm_candidates, confirmation,
-                            recommendation, records_of)
+from autotune.study import confirm_candidates, confirmation, recommendation, records_of
+from autotune.study.records import _baseline_pending, _first_baseline, _search_records
 
 from .helpers import add, confirm, make_study
 
