@@ -185,7 +185,7 @@ def _cmd_show(args) -> int:
         from autotune.study import confirmation, oom_frontier
         from autotune.summary import confirmation_lines, frontier_lines
 
-        for line in (*frontier_lines(oom_frontier(study)), *confirmation_lines(confirmation(study, settings), settings["objective"])):
+        for line in (*frontier_lines(oom_frontier(study)), *confirmation_lines(confirmation(study, settings), settings.objective)):
             print(line)
     return 0
 

@@ -26,9 +26,12 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from autotune.errors import UsageError
+
+if TYPE_CHECKING:
+    from autotune.study.settings import StudySettings
 
 __all__ = ["build_figures", "write_report", "write_pngs", "FIGURE_TITLES"]
 
@@ -56,7 +59,7 @@ def _sps_target(t) -> float:
     return float(t.user_attrs.get("samples_per_sec", float("nan")))
 
 
-def build_figures(study, settings: Mapping[str, Any], recommended=None, baseline=None) -> dict[str, Any]:
+def build_figures(study, settings: StudySettings, recommended=None, baseline=None) -> dict[str, Any]:
     """The report's figures: name -> plotly Figure, or name -> str (why it is missing)."""
     figures: dict[str, Any] = {}
     for name, build in (
@@ -130,11 +133,11 @@ def _pareto(study, settings, recommended, baseline):
     trials = [t for t in _complete(study) if _finite(t.user_attrs.get("loss"))]
     if not trials:
         raise _Missing("No trial has completed with a finite loss yet.")
-    monitor = settings.get("monitor", "loss")
+    monitor = settings.monitor
     if len(study.directions) == 2:
         fig = optuna.visualization.plot_pareto_front(study, target_names=["samples/s", monitor])
     else:
-        front = {r.number for r in pareto_front(records_of(study), settings.get("mode", "min"))}
+        front = {r.number for r in pareto_front(records_of(study), settings.mode)}
         fig = go.Figure()
         for name, group, symbol in (
             ("Pareto front", [t for t in trials if t.number in front], "diamond"),
@@ -150,8 +153,8 @@ def _pareto(study, settings, recommended, baseline):
         fig.update_yaxes(title=f"final {monitor}")
     base = study.user_attrs.get("baseline")
     if base and _finite(base.get("loss")):
-        tol = settings.get("loss_tolerance", 0.0)
-        bound = base["loss"] * (1 + tol) if settings.get("mode", "min") == "min" else base["loss"] * (1 - tol)
+        tol = settings.loss_tolerance
+        bound = base["loss"] * (1 + tol) if settings.mode == "min" else base["loss"] * (1 - tol)
         fig.add_hline(y=bound, line_dash="dash", annotation_text=f"loss tolerance ({tol:.0%} vs baseline)")
     for trial, name, symbol in ((baseline, "baseline", "square"), (recommended, "recommended", "star")):
         if trial is not None and _finite(trial.user_attrs.get("loss")):
@@ -170,7 +173,7 @@ def _importances(study, settings, recommended, baseline):
     trials = _complete(study)
     from autotune.space import param_name
 
-    varied = [name for name, entry in settings.get("space", {}).items() if len({repr(t.params.get(param_name(name, entry))) for t in trials}) > 1]
+    varied = [name for name, entry in settings.space.items() if len({repr(t.params.get(param_name(name, entry))) for t in trials}) > 1]
     if len(trials) < 3 or not varied:
         raise _Missing("Parameter importances need at least 3 complete trials that differ in some parameter.")
     with warnings.catch_warnings():
@@ -222,7 +225,7 @@ def _failures(study, settings, recommended, baseline):
     return fig
 
 
-def write_report(study, settings: Mapping[str, Any], out: Path, recommended=None, baseline=None, storage_label: str = "") -> dict[str, Any]:
+def write_report(study, settings: StudySettings, out: Path, recommended=None, baseline=None, storage_label: str = "") -> dict[str, Any]:
     """Write the HTML report to ``out`` (plotly.js inline); returns the figures.
 
     Raises:
@@ -257,10 +260,10 @@ def write_report(study, settings: Mapping[str, Any], out: Path, recommended=None
 
     if recommended is not None and baseline is not None:
         extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings)]
-        summary.extend(html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings["objective"])) if line)
+        summary.extend(html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings.objective)) if line)
     summary.append(
-        f"Objective {settings.get('objective')}, loss tolerance {settings.get('loss_tolerance', 0):.0%} on {settings.get('monitor')}, "
-        f"{settings.get('samples')} training samples per trial."
+        f"Objective {settings.objective}, loss tolerance {settings.loss_tolerance:.0%} on {settings.monitor}, "
+        f"{settings.samples} training samples per trial."
     )
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

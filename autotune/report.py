@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autotune.summary import (
     confirmation_lines,
@@ -13,6 +13,9 @@ from autotune.summary import (
     input_bound_line,
     quality_line,
 )
+
+if TYPE_CHECKING:
+    from autotune.study.settings import StudySettings
 
 __all__ = ["ConsoleUI", "LiveUI", "make_ui", "trial_rows", "render_rows"]
 
@@ -201,7 +204,7 @@ class ConsoleUI:
     def warn(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/yellow] {message}")
 
-    def search_started(self, settings: Mapping[str, Any], trials: int) -> None:
+    def search_started(self, settings: StudySettings, trials: int) -> None:
         def fmt(value: Any) -> str:
             return f"{value:.3g}" if isinstance(value, float) else str(value)
 
@@ -211,11 +214,11 @@ class ConsoleUI:
                 text = text.replace("lr=", "lr_multiplier=", 1) + f" (x baseline lr scaled by effective batch, {v['scaling']})"
             return text
 
-        space = ", ".join(knob(k, v) for k, v in settings["space"].items())
+        space = ", ".join(knob(k, v) for k, v in settings.space.items())
         self.info(
-            f"objective {settings['objective']} (loss tolerance {settings['loss_tolerance']:.0%}, monitor {settings['monitor']}), "
-            f"{settings['samples']} training samples per trial, devices={settings['devices']}"
-            f"{' x ' + str(settings['num_nodes']) + ' nodes' if settings.get('num_nodes', 1) > 1 else ''}, {trials} trial(s)"
+            f"objective {settings.objective} (loss tolerance {settings.loss_tolerance:.0%}, monitor {settings.monitor}), "
+            f"{settings.samples} training samples per trial, devices={settings.devices}"
+            f"{' x ' + str(settings.num_nodes) + ' nodes' if settings.num_nodes > 1 else ''}, {trials} trial(s)"
         )
         self.info(f"space: {space}")
 
@@ -255,8 +258,8 @@ class ConsoleUI:
         from autotune.study import confirmation, confirmed_speed, oom_frontier
 
         rows = trial_rows(study, recommended.number if recommended else None)
-        complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings["objective"]))
-        render_rows(complete[:10], "table", self.console, title=f"study {settings['study_name']}: best complete trials ({settings['objective']})")
+        complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
+        render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
             self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
@@ -279,7 +282,7 @@ class ConsoleUI:
                 markup=False,
             )
         if recommended is None:
-            for line in confirmation_lines(confirmation(study, settings), settings["objective"]):
+            for line in confirmation_lines(confirmation(study, settings), settings.objective):
                 self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
@@ -297,7 +300,7 @@ class ConsoleUI:
                 f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
             )
         for line in (flops_line(recommended), quality_line(recommended, baseline),
-                     *confirmation_lines(confirmation(study, settings), settings["objective"])):
+                     *confirmation_lines(confirmation(study, settings), settings.objective)):
             if line:
                 self.console.print(line, markup=False)
         advice = input_bound_line(recommended, settings)
@@ -354,7 +357,7 @@ class LiveUI(ConsoleUI):
         from rich.live import Live
 
         super().search_started(settings, trials)
-        self.objective = settings["objective"]
+        self.objective = settings.objective
         self.task = self.progress.add_task("trials", total=trials)
         self.live = Live(self, console=self.console, refresh_per_second=4, transient=False)
         self.live.start()

@@ -49,8 +49,24 @@ import yaml
 
 from autotune.config import COMPILE_MODES, MATMUL_PRECISIONS, PRECISIONS, STRATEGIES
 from autotune.errors import SpaceError
-from autotune.knobs import ARG_SECTIONS, EXTENDED_KNOBS, KNOB_TYPES, LR_SCALINGS, knob_type, knob_value, user_arg, with_knobs
-from autotune.space_params import baseline_params, distributions, param_name, params_of, scaled_lr, suggest_config
+from autotune.knobs import (
+    ARG_SECTIONS,
+    EXTENDED_KNOBS,
+    KNOB_TYPES,
+    LR_SCALINGS,
+    knob_type,
+    knob_value,
+    user_arg,
+    with_knobs,
+)
+from autotune.space_params import (
+    baseline_params,
+    distributions,
+    param_name,
+    params_of,
+    scaled_lr,
+    suggest_config,
+)
 from autotune.space_resolve import baseline_for_space, resolve_space
 
 __all__ = [

@@ -15,7 +15,15 @@ from typing import Any, Mapping
 
 from autotune.config import TrialConfig
 from autotune.errors import SpaceError
-from autotune.knobs import EXTENDED_KNOBS, KNOB_TYPES, LR_SCALINGS, knob_type, knob_value, user_arg, with_knobs
+from autotune.knobs import (
+    EXTENDED_KNOBS,
+    KNOB_TYPES,
+    LR_SCALINGS,
+    knob_type,
+    knob_value,
+    user_arg,
+    with_knobs,
+)
 
 __all__ = ["scaled_lr", "distributions", "suggest_config", "param_name", "params_of", "baseline_params"]
 
@@ -51,7 +59,11 @@ def scaled_lr(base_lr: float, multiplier: float, effective_batch: int, base_effe
 
 def distributions(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Optuna distributions of a resolved space (for ``study.ask(fixed_distributions)``)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
 
     out: dict[str, Any] = {}
     for name, entry in resolved.items():

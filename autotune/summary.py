@@ -9,7 +9,10 @@ none of their callers imports another's module.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from autotune.study.settings import StudySettings
 
 __all__ = [
     "confirmation_lines",
@@ -104,9 +107,9 @@ def flops_line(trial: Any) -> str | None:
             f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}")
 
 
-def input_bound_line(trial: Any, settings: Mapping[str, Any]) -> str | None:
+def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
     """:func:`autotune.objective.input_bound_advice` for a stored trial of a study, or None."""
     from autotune.objective import input_bound_advice
 
-    accelerator = (settings.get("hardware") or {}).get("accelerator", "cpu")
-    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.get("space", {}), accelerator)
+    accelerator = settings.hardware.get("accelerator", "cpu")
+    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator)

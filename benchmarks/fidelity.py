@@ -74,7 +74,7 @@ def search(folder: Path, model: Path, name: str, objective: str, trials: int, sa
         "study": name, "objective": objective, "search_seconds": seconds, "trials": len(study.trials),
         "recommended_trial": recommended.number, "config": attrs["config"],
         "tuner_samples_per_sec": attrs["samples_per_sec"], "baseline_samples_per_sec": baseline.user_attrs["samples_per_sec"],
-        "budget": int(attrs.get("confirm_samples") or settings["samples"]),
+        "budget": int(attrs.get("confirm_samples") or settings.samples),
         "yaml": str(out), "baseline_yaml": str(base_yaml),
     }
 

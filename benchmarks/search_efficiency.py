@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -282,15 +283,15 @@ def _run_tuner(spec: dict, folder: Path, timeout: float) -> dict:
     return found
 
 
-def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, folder: Path, settings: dict, timeout: float) -> dict:
+def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, folder: Path, settings: Any, timeout: float) -> dict:
     """Lightning's Tuner, for real; its config trained once by autotune and scored like the grid.
 
     When ``lr_find`` does not finish within ``timeout`` s (100 steps at the batch it found: more than
     10 min for charlm on a 2-core CPU), the Tuner's batch is trained at every lr of the grid and
     scored at the best of them: an upper bound on the Tuner's score, at a cost of ``timeout`` s."""
-    from autotune.runner import run_trial_process
+    from autotune.runner import run_trial_process, trial_spec
 
-    spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
+    spec = {"model_file": settings.model_file, "model_class": settings.model_class, "data_class": settings.data_class,
             "seed": seed, "root": str(folder / "tuner")}
     found = cache.setdefault("tuner", {}).get(f"{example}/{seed}")
     if found is None or (found.get("lr") is None and found.get("seconds", 0) < timeout):  # once per example and seed (cached)
@@ -304,13 +305,11 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
     for tuner_lr in lrs:
         # power scaling stops at the first batch size that fails or passes the training set; a batch
         # larger than the training set trains with the whole set per step, which is what is scored
-        config = {**settings["baseline_config"], "batch_size": min(found["batch_size"], found["train_samples"]),
+        config = {**settings.baseline_config, "batch_size": min(found["batch_size"], found["train_samples"]),
                   "lr": tuner_lr, "precision": "32-true", "num_workers": 0, "accumulate_grad_batches": 1}
-        trial_spec = {"model_file": settings["model_file"], "model_class": settings["model_class"], "data_class": settings["data_class"],
-                      "config_file": settings["config_file"], "user_config": settings.get("user_config"), "targets": settings["targets"],
-                      "config": config, "samples": settings["samples"], "seed": settings["seed"]}
-        train(trial_spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
-        entry = cache["trials"][key_of(trial_spec)]
+        spec = trial_spec(settings.to_dict(), config, settings.samples, settings.seed)
+        train(spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
+        entry = cache["trials"][key_of(spec)]
         sps, loss = _figures(entry)
         feasible = _feasible(sps, loss, table["baseline_loss"])
         tried.append((sps if feasible else 0.0, -loss, tuner_lr, sps, loss, feasible, entry["wall_seconds"]))
@@ -438,7 +437,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _settings_for(example: str, folder: Path) -> dict:
+def _settings_for(example: str, folder: Path) -> Any:
     """The settings a study of ``example`` would store (its ground truth study came from the cache)."""
     from autotune.report import ConsoleUI
     from autotune.study import SearchOptions

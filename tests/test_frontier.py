@@ -32,19 +32,3 @@ def test_events_come_from_finished_trials_only():
 def test_frontier_summary_per_setting():
     events = [OOM_256, FIT_64, MemoryEvent(128, "32-true", 1, "auto", False), MemoryEvent(512, "32-true", 1, "auto", True)]
     assert frontier_summary(events) == [{"devices": 1, "strategy": "auto", "precision": "32-true", "fits_up_to": 128, "oom_from": 256}]
-
-
-def test_the_memory_model_rules_out_batches_above_its_precision_maximum():
-    import optuna
-
-    from autotune.config import TrialConfig
-    from autotune.study.memory import _predicted_oom
-    from autotune.study.settings import SETTINGS_ATTR
-
-    study = optuna.create_study()
-    study.set_user_attr(SETTINGS_ATTR, {"devices": 1, "memory_limit_gib": 80.0, "memory_model_margin": 0.1,
-                                        "memory_model": {"32-true": {"max_batch": 100}, "bf16-mixed": {"max_batch": 300}}})
-    assert _predicted_oom(study, TrialConfig(batch_size=128, precision="32-true")).startswith(
-        "predicted OOM by the memory model: per-device batch 128 > 100, the most that fits 32-true in 90% of 80 GiB")
-    assert _predicted_oom(study, TrialConfig(batch_size=128, precision="bf16-mixed")) is None
-    assert _predicted_oom(study, TrialConfig(batch_size=64, precision="32-true")) is None

@@ -7,7 +7,7 @@ from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.frontier import event_of, frontier_summary, predicted_oom
-from autotune.study.settings import SETTINGS_ATTR
+from autotune.study.settings import settings_of
 
 
 def _memory_events(study) -> list:
@@ -25,12 +25,14 @@ def _predicted_oom(study, config: TrialConfig) -> str | None:
     """:func:`autotune.frontier.predicted_oom` over the study's finished trials, then the memory model."""
 
     reason = predicted_oom(config.to_dict(), _memory_events(study))
-    settings = study.user_attrs.get(SETTINGS_ATTR) or {}
-    model = (settings.get("memory_model") or {}).get(config.precision)
-    if reason is None and model and model.get("max_batch") is not None and config.devices == settings.get("devices"):
+    settings = settings_of(study)
+    if settings is None:
+        return reason
+    model = (settings.memory_model or {}).get(config.precision)
+    if reason is None and model and model.get("max_batch") is not None and config.devices == settings.devices:
         if config.batch_size > model["max_batch"]:
             reason = (f"predicted OOM by the memory model: per-device batch {config.batch_size} > {model['max_batch']}, the most "
-                      f"that fits {config.precision} in {1 - settings['memory_model_margin']:.0%} of {settings['memory_limit_gib']:g} GiB")
+                      f"that fits {config.precision} in {1 - settings.memory_model_margin:.0%} of {settings.memory_limit_gib:g} GiB")
     return reason
 
 

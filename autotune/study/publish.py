@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import time
 from pathlib import Path
-from typing import Any, Mapping
 
 from autotune.config import TrialConfig
 from autotune.export import lightning_cli_config, render_yaml
@@ -14,6 +13,7 @@ from autotune.loader import read_user_config
 from autotune.storage import _sqlite_path, mask_url
 from autotune.study.options import check_out_path
 from autotune.study.records import _budget, confirmation, confirmed_speed
+from autotune.study.settings import StudySettings
 from autotune.summary import (
     confirmation_lines,
     flops_line,
@@ -41,28 +41,28 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def export_study(study, settings: Mapping[str, Any], trial, baseline, out: Path, storage_url: str) -> Path:
+def export_study(study, settings: StudySettings, trial, baseline, out: Path, storage_url: str) -> Path:
     """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
-    user_config = settings.get("user_config") or read_user_config(None)
-    doc, notes = lightning_cli_config(config, settings["targets"], user_config, has_datamodule=settings["data_class"] is not None,
-                                      model_info=settings.get("model_info"), baseline=TrialConfig.from_dict(settings["baseline_config"]))
+    user_config = settings.user_config or read_user_config(None)
+    doc, notes = lightning_cli_config(config, settings.targets, user_config, has_datamodule=settings.data_class is not None,
+                                      model_info=settings.model_info, baseline=TrialConfig.from_dict(settings.baseline_config))
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
-    source = trial.user_attrs.get("loss_source", settings["monitor"])
+    source = trial.user_attrs.get("loss_source", settings.monitor)
     measured = speedup_line(confirmed_speed(study, settings), trial, baseline)
     header = [
         "autotune recommendation (LightningCLI config)",
-        f"study: {settings['study_name']} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
+        f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
         measured,
-        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings['loss_tolerance']:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
-        *confirmation_lines(confirmation(study, settings), settings["objective"]),
-        f"effective batch size: {config.effective_batch_size}; objective: {settings['objective']}",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings.loss_tolerance:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
+        *confirmation_lines(confirmation(study, settings), settings.objective),
+        f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
         *([advice] if (advice := input_bound_line(trial, settings)) else []),
-        f"hardware: {Hardware.from_dict(settings['hardware']).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
+        f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
         "",
@@ -87,7 +87,7 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
         f"## autotune recommendation: trial {trial.number}\n\n"
         f"**{sps:,.0f} samples/s**, {sps / b_sps:.2f}x the baseline (trial {baseline.number}, {b_sps:,.0f} samples/s); "
         f"{trial.user_attrs.get('loss_source')} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
-        f"(tolerance {settings['loss_tolerance']:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
+        f"(tolerance {settings.loss_tolerance:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
         f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
     for line in (quality_line(trial, baseline), input_bound_line(trial, settings)):

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import optuna
 
@@ -24,15 +24,15 @@ from autotune.space import baseline_params, suggest_config
 from autotune.storage import mask_url
 from autotune.study.options import BASELINE_WAIT, _env_pruner
 from autotune.study.records import _baseline_pending, _first_baseline
-from autotune.study.settings import BASELINE_ATTR
+from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
 from autotune.study.trial import _run_one, _RunContext
 
 
-def _plan_slots(settings: Mapping[str, Any], jobs: int):
+def _plan_slots(settings: StudySettings, jobs: int):
 
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    return plan_slots(Hardware.from_dict(settings["hardware"]), int(settings["devices"]), jobs, cpus)
+    return plan_slots(Hardware.from_dict(settings.hardware), int(settings.devices), jobs, cpus)
 
 
 def _claim(study, baseline_only: bool):
@@ -58,7 +58,7 @@ def _others_running(study, ctx: _RunContext) -> bool:
     return any(t.state.name == "RUNNING" and t.number not in mine for t in study.get_trials(deepcopy=False))
 
 
-def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int = 1, cold: bool = False,
+def drain_queue(study, settings: StudySettings, ui, *, add: int, jobs: int = 1, cold: bool = False,
                 storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, dict]] = (),
                 pruner: tuple[str, int] | None = None, stage: str = "search", pools: Any = None, run_id: str | None = None) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
@@ -106,7 +106,7 @@ def drain_queue(study, settings: Mapping[str, Any], ui, *, add: int, jobs: int =
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     own_pools = pools is None
     log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if own_pools else pools.log_dir
-    ctx = _RunContext(slots, SlotPools(settings["model_file"], cold, log_dir, ui) if own_pools else pools, len(slots), ui)
+    ctx = _RunContext(slots, SlotPools(settings.model_file, cold, log_dir, ui) if own_pools else pools, len(slots), ui)
     ctx.leader = leader
     ctx.log_dir = log_dir
     pruner = pruner or (_env_pruner(), 5)
@@ -136,7 +136,7 @@ class _Budget:
     """This run's share of the study's queue: trials are queued at once, or (a new study) held back
     until the baseline has completed, so that no process starts a sampled trial before it."""
 
-    def __init__(self, study, settings: Mapping[str, Any], seeds: Sequence[tuple[dict, dict]]):
+    def __init__(self, study, settings: StudySettings, seeds: Sequence[tuple[dict, dict]]):
         self.study, self.settings = study, settings
         self.seeds = list(seeds)
         self.pending = 0
@@ -149,8 +149,8 @@ class _Budget:
             self.queue(n)
             return
         if not _baseline_pending(self.study):
-            baseline = TrialConfig.from_dict(self.settings["baseline_config"])
-            self.study.enqueue_trial(baseline_params(self.settings["space"], baseline), user_attrs={"baseline": True})
+            baseline = TrialConfig.from_dict(self.settings.baseline_config)
+            self.study.enqueue_trial(baseline_params(self.settings.space, baseline), user_attrs={"baseline": True})
             n -= 1
         self.pending = n
 
@@ -172,10 +172,10 @@ class _Budget:
 class _Worker:
     """One thread's loop over the queue: claim a trial, run it, repeat until the queue is empty."""
 
-    def __init__(self, study, settings: Mapping[str, Any], ctx: _RunContext, budget: _Budget, deadline: float | None):
+    def __init__(self, study, settings: StudySettings, ctx: _RunContext, budget: _Budget, deadline: float | None):
         self.study, self.settings, self.ctx, self.budget, self.deadline = study, settings, ctx, budget, deadline
-        self.resolved = settings["space"]
-        self.baseline_config = TrialConfig.from_dict(settings["baseline_config"])
+        self.resolved = settings.space
+        self.baseline_config = TrialConfig.from_dict(settings.baseline_config)
         self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)
         self.run_start = time.monotonic()
 
@@ -260,7 +260,7 @@ def _run_workers(ctx: _RunContext, work) -> None:
             raise
 
 
-def _interrupted(study, settings: Mapping[str, Any], ctx: _RunContext, budget: _Budget, storage_url: str) -> Interrupted:
+def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budget, storage_url: str) -> Interrupted:
     """Stop the running trials after Ctrl-C, store them as interrupted, and say how to resume."""
     ctx.stop.set()
     ctx.kill_running()
@@ -269,18 +269,18 @@ def _interrupted(study, settings: Mapping[str, Any], ctx: _RunContext, budget: _
     waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
     resume = ""
     if waiting and not budget.pending:
-        resume = shlex.join(["autotune", "worker", "--study-name", settings["study_name"], "--storage", mask_url(storage_url)])
+        resume = shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
     elif budget.pending:
         resume = _resume_command(settings, storage_url, budget.pending + 1)
     return Interrupted(resume)
 
 
-def _baseline_failed(study, settings: Mapping[str, Any], frozen) -> BaselineFailedError:
+def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedError:
     """The error for a failed baseline (``frozen``; ``None`` when no process ever queued one)."""
     if frozen is None:
         failed = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name == "FAIL"]
         if not failed:
-            return BaselineFailedError(f"study {settings['study_name']!r} has no baseline queued; start it with `autotune search` first")
+            return BaselineFailedError(f"study {settings.study_name!r} has no baseline queued; start it with `autotune search` first")
         frozen = failed[-1]
     reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
     return BaselineFailedError(
@@ -325,9 +325,9 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
         pass
 
 
-def _resume_command(settings: Mapping[str, Any], storage_url: str, remaining: int) -> str:
-    relative = os.path.relpath(settings["model_file"])
-    model = settings["model_file"] if relative.startswith("..") else relative
-    parts = ["autotune", "search", model, "--study-name", settings["study_name"], "--storage", mask_url(storage_url), "--trials", str(max(1, remaining))]
+def _resume_command(settings: StudySettings, storage_url: str, remaining: int) -> str:
+    relative = os.path.relpath(settings.model_file)
+    model = settings.model_file if relative.startswith("..") else relative
+    parts = ["autotune", "search", model, "--study-name", settings.study_name, "--storage", mask_url(storage_url), "--trials", str(max(1, remaining))]
     return shlex.join(parts)
 

@@ -12,12 +12,12 @@ import optuna
 from autotune.config import TrialConfig
 from autotune.confirm import ConfirmGroup, pick
 from autotune.objective import TrialRecord, directions, recommend
-from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR
+from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
-def _budget(attrs: Mapping[str, Any], settings: Mapping[str, Any]) -> int:
+def _budget(attrs: Mapping[str, Any], settings: StudySettings) -> int:
     """Training samples of a trial: a confirmation run's or a stage-1 run's own budget, else the study's ``samples``."""
-    return int(attrs.get("confirm_samples") or attrs.get("trial_samples") or settings["samples"])
+    return int(attrs.get("confirm_samples") or attrs.get("trial_samples") or settings.samples)
 
 
 def records_of(study) -> list:
@@ -75,7 +75,7 @@ def _measured_before(study, number: int, config: TrialConfig, budget: int):
     """The first completed search trial (not a confirmation run, nor itself a duplicate) with the same
     config and training budget as trial ``number``, or ``None``."""
 
-    wanted, settings = config.to_dict(), study.user_attrs.get(SETTINGS_ATTR, {})
+    wanted, settings = config.to_dict(), settings_of(study)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         attrs = t.user_attrs
         if (t.number != number and attrs.get("config") == wanted and "confirm_of" not in attrs and "duplicate_of" not in attrs
@@ -84,7 +84,7 @@ def _measured_before(study, number: int, config: TrialConfig, budget: int):
     return None
 
 
-def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
+def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     """The ``k`` best distinct feasible configs of the search (by the objective), baseline excluded, as frozen trials."""
 
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
@@ -95,7 +95,7 @@ def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
     seen = [every[baseline_info["trial"]].params]
     picked = []
     while len(picked) < k:
-        best = recommend(remaining, baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+        best = recommend(remaining, baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
         if best is None:
             break
         remaining = [r for r in remaining if r.number != best.number]
@@ -105,7 +105,7 @@ def confirm_candidates(study, settings: Mapping[str, Any], k: int) -> list:
     return picked
 
 
-def confirmation(study, settings: Mapping[str, Any]):
+def confirmation(study, settings: StudySettings):
     """The confirmation groups of the study's latest confirmation budget, and the :class:`autotune.confirm.Pick`.
 
     Returns:
@@ -127,15 +127,15 @@ def confirmation(study, settings: Mapping[str, Any]):
         params = every[number].params
         groups.append(ConfirmGroup(
             number=number,
-            values=tuple(_objective_value(t, settings["objective"]) for t in complete),
+            values=tuple(_objective_value(t, settings.objective) for t in complete),
             losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
             failed=sum(t.state.name == "FAIL" for t in mine),
             distance=sum(params.get(name) != value for name, value in baseline_params.items()),
             baseline=number == baseline_info["trial"],
             runs=tuple(t.number for t in complete),
         ))
-    maximize = directions(settings["objective"], settings["mode"])[0] == "maximize"
-    return groups, pick(groups, maximize, settings["loss_tolerance"], settings["mode"]), samples
+    maximize = directions(settings.objective, settings.mode)[0] == "maximize"
+    return groups, pick(groups, maximize, settings.loss_tolerance, settings.mode), samples
 
 
 def _objective_value(trial, objective: str) -> float:
@@ -148,7 +148,7 @@ def _objective_value(trial, objective: str) -> float:
     return float(attrs.get("samples_per_sec", math.nan))
 
 
-def recommendation(study, settings: Mapping[str, Any]):
+def recommendation(study, settings: StudySettings):
     """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``).
 
     When the study has confirmation runs, the recommendation is the confirmed config
@@ -169,11 +169,11 @@ def recommendation(study, settings: Mapping[str, Any]):
         if base_group is not None and base_group.median_run() is not None:
             baseline = trials[base_group.median_run()]
         return (trials[choice.chosen.median_run()] if choice.chosen else None), baseline
-    best = recommend(_search_records(study), baseline_info["loss"], settings["loss_tolerance"], settings["objective"], settings["mode"])
+    best = recommend(_search_records(study), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
     return (trials[best.number] if best else None), baseline
 
 
-def confirmed_speed(study, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+def confirmed_speed(study, settings: StudySettings) -> dict[str, Any] | None:
     """Median samples/s of the recommended confirmed config's runs and of the baseline's, or ``None``.
 
     Returns:

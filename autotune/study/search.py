@@ -9,7 +9,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import optuna
 import yaml
@@ -40,11 +40,13 @@ from autotune.study.settings import (
     _METRIC_NAMES,
     BASELINE_ATTR,
     SETTINGS_ATTR,
+    StudySettings,
     _check_resume,
     _create_settings,
     _study_names,
     _with_study_values,
     load_study,
+    settings_of,
 )
 from autotune.study.staged import _staged_search
 
@@ -61,13 +63,13 @@ class SearchResult:
     export_path: Path | None
 
 
-def _make_sampler(settings: Mapping[str, Any], seed_offset: int, name: str | None = None):
+def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
     """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
     each trial's loss constraint, ``Trial.set_constraint``)."""
 
     # the grid's point numbering comes from its seed: every run of a study must use the same one
     offset = 0 if name == "grid" else seed_offset
-    return make_sampler(name or "tpe", settings["space"], int(settings["seed"]) + offset)
+    return make_sampler(name or "tpe", settings.space, int(settings.seed) + offset)
 
 
 def run_search(opts: SearchOptions, ui) -> SearchResult:
@@ -106,7 +108,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
-        ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings["samples"],
+        ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings.samples,
                         jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, run_id=run_id)
     elif confirm:
         ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
@@ -134,16 +136,16 @@ def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_
     storage = open_storage(storage_url, heartbeat=True)
     if study_name in _study_names(storage):
         study = optuna.load_study(study_name=study_name, storage=storage)
-        settings = study.user_attrs.get(SETTINGS_ATTR)
+        settings = settings_of(study)
         if settings is None:
             raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
         _check_resume(settings, opts, model_file)
         if study.user_attrs.get(BASELINE_ATTR) is None:
             # no baseline yet (it failed): the model or its config may have been fixed, so look again
             settings = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
-            study.set_user_attr(SETTINGS_ATTR, settings)
+            study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
         if opts.trial_timeout is not None:
-            settings = {**settings, "trial_timeout": opts.trial_timeout}
+            settings = settings.replace(trial_timeout=opts.trial_timeout)
         seeds = _check_run_inputs(opts, settings)
         ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
         return study, settings, seeds
@@ -151,19 +153,19 @@ def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_
         settings = _create_settings(opts, model_file, study_name, ui)
         seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
     try:
-        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions(settings["objective"], settings["mode"]))
+        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions(settings.objective, settings.mode))
     except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
         study = optuna.load_study(study_name=study_name, storage=storage)
-    study.set_user_attr(SETTINGS_ATTR, settings)
+    study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(_METRIC_NAMES.get(settings["objective"], ["samples_per_sec"]) if settings["objective"] != "pareto"
-                               else ["samples_per_sec", settings["monitor"]])
+        study.set_metric_names(_METRIC_NAMES.get(settings.objective, ["samples_per_sec"]) if settings.objective != "pareto"
+                               else ["samples_per_sec", settings.monitor])
     ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
     return study, settings, seeds
 
 
-def _search(study, settings: Mapping[str, Any], opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui) -> int:
+def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui) -> int:
     """Run this search's ``--trials``, staged or flat (``--search``). Returns the trials this process ran.
 
     Raises:
@@ -171,13 +173,13 @@ def _search(study, settings: Mapping[str, Any], opts: SearchOptions, seeds: list
     """
     add = opts.trials
     if opts.sampler == "grid":
-        left = grid_size(settings["space"]) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
+        left = grid_size(settings.space) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
     search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
-    if search == "staged" and settings["objective"] not in ("throughput", "goodput"):
-        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings['objective']}; "
+    if search == "staged" and settings.objective not in ("throughput", "goodput"):
+        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings.objective}; "
                          "use --search flat")
     drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
                               pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
@@ -186,7 +188,7 @@ def _search(study, settings: Mapping[str, Any], opts: SearchOptions, seeds: list
     return drain(add=add, seeds=seeds)
 
 
-def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_study: bool = False) -> list[tuple[dict, str]]:
+def _check_run_inputs(opts: "SearchOptions", settings: StudySettings, new_study: bool = False) -> list[tuple[dict, str]]:
     """Check what needs the study's space (``--sampler grid``, ``--enqueue``) before the study is
     created or changed. Returns the ``--enqueue`` seeds.
 
@@ -194,7 +196,7 @@ def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_st
         UsageError: As :func:`autotune.samplers.make_sampler` and :func:`_seeds`.
     """
 
-    make_sampler(opts.sampler or "tpe", settings["space"], int(settings["seed"]))
+    make_sampler(opts.sampler or "tpe", settings.space, int(settings.seed))
     seeds = _seeds(opts.enqueue or [], settings)
     if new_study and len(seeds) > opts.trials - 1:
         raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {opts.trials - 1} "
@@ -202,7 +204,7 @@ def _check_run_inputs(opts: "SearchOptions", settings: Mapping[str, Any], new_st
     return seeds
 
 
-def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict, dict]]:
+def _seeds(files: Sequence[str], settings: StudySettings) -> list[tuple[dict, dict]]:
     """``(params, {"seeded_from": file})`` of each ``--enqueue`` file (a LightningCLI YAML, such as an export).
 
     Raises:
@@ -211,7 +213,7 @@ def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict
     """
 
 
-    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    baseline = TrialConfig.from_dict(settings.baseline_config)
     seeds = []
     for file in files:
         path = Path(file)
@@ -221,12 +223,12 @@ def _seeds(files: Sequence[str], settings: Mapping[str, Any]) -> list[tuple[dict
             document = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise UsageError(f"--enqueue {file!r} is not valid YAML ({getattr(e, 'problem', e)})") from None
-        config = config_from_lightning_cli(document, settings["targets"], baseline, source=file, searched=settings["space"])
-        seeds.append((params_of(config, settings["space"], baseline, source=file), {"seeded_from": str(path)}))
+        config = config_from_lightning_cli(document, settings.targets, baseline, source=file, searched=settings.space)
+        seeds.append((params_of(config, settings.space, baseline, source=file), {"seeded_from": str(path)}))
     return seeds
 
 
-def _confirm(study, settings: Mapping[str, Any], ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
+def _confirm(study, settings: StudySettings, ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
              run_id: str | None = None) -> int:
     """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
@@ -264,14 +266,14 @@ def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
     return identity
 
 
-def _leader(study, settings: Mapping[str, Any], node_rank: int | None, node_group: str | None, command: str, ui):
+def _leader(study, settings: StudySettings, node_rank: int | None, node_group: str | None, command: str, ui):
     """The :class:`autotune.nodes.LeaderChannel` of a multi-node study's node-0 process, else ``None``.
 
     Raises:
         UsageError: ``command`` is ``autotune search`` on a node rank other than 0.
     """
 
-    num_nodes = int(settings.get("num_nodes", 1))
+    num_nodes = settings.num_nodes
     if num_nodes == 1:
         return None
     identity = _search_node(num_nodes, node_rank, node_group) if command == "autotune search" else node_identity(num_nodes, node_rank, node_group)
@@ -301,8 +303,8 @@ def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, c
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings = load_study(study_name, storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
-    if not Path(settings["model_file"]).is_file():
-        raise UsageError(f"study {study.study_name!r} trains {settings['model_file']!r}, which is not on this machine; use the same path here")
+    if not Path(settings.model_file).is_file():
+        raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
     study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
@@ -311,7 +313,7 @@ def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, c
 
     if isinstance(leader, NodeIdentity):  # a node other than 0: run its ranks of the leader's trials
         ui.info(f"node {leader.node_rank} of group {leader.group!r}: following node 0's trials")
-        ran = follow(study, leader, ui, devices=int(settings["devices"]), timeout=timeout)
+        ran = follow(study, leader, ui, devices=int(settings.devices), timeout=timeout)
         recommended, baseline = recommendation(study, settings)
         return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
     ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader)

@@ -4,6 +4,7 @@ study's user attribute ``autotune`` when it is created, and loaded (and checked)
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -42,6 +43,110 @@ _METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to
 _FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
 
 
+@dataclass(frozen=True)
+class StudySettings:
+    """What a study was created with, stored as its user attribute :data:`SETTINGS_ATTR` (``autotune``).
+
+    Everything a later command needs (resume, ``worker``, ``show``, ``export``, ``report``) comes
+    from here and the storage: nothing is read from the machine or the model file again, except while
+    the study has no baseline (the model is then inspected again). JSON-ready through
+    :meth:`to_dict` and :meth:`from_dict`, as :class:`autotune.config.TrialConfig` is.
+
+    Attributes:
+        study_name: The study's name.
+        model_file: Absolute path of the user's model file (the same path on every worker).
+        model_class, data_class: The LightningModule and LightningDataModule classes (``data_class``
+            ``None`` when the module builds its own DataLoaders).
+        config_file: Absolute path of ``--config`` (a LightningCLI YAML), or ``None``.
+        user_config: A snapshot of that config's ``trainer``/``model``/``data`` values (every trial
+            and the export use these, not the file).
+        space_file, space_explicit: The search space YAML, and whether the user chose it.
+        space: The resolved space (knob name to ``{"choices": [...]}`` or ``{"low", "high", "log"}``).
+        targets: Where each knob is set in the user's code (:class:`autotune.target.KnobTarget` fields).
+        model_info: What inspection found for the extended space and constructor arguments.
+        baseline_config: The baseline :class:`~autotune.config.TrialConfig` as a dict.
+        hardware: The :class:`~autotune.hardware.Hardware` the study runs on, as a dict.
+        autotune_version: The version that created the study.
+        devices, num_nodes: Devices per node (>= 1) and nodes (>= 1) of every trial.
+        objective: ``throughput``, ``time-to-quality``, ``goodput`` or ``pareto``.
+        loss_tolerance: Largest relative loss increase over the baseline that is feasible, 0 <= x < 1.
+        monitor, monitor_explicit: The judged metric, and whether ``--monitor`` named it.
+        mode: ``min`` or ``max`` (of ``monitor``).
+        samples: Training samples per trial (>= 1).
+        trial_timeout: Wall-clock cap of one trial, s (> 0).
+        seed: Seed of the sampler and of every trial's ``seed_everything`` (0 <= seed < 2**32).
+        memory_model: Per precision, the memory model's fit (``fixed_gib``, ``per_sample_gib``,
+            ``max_batch``, ``probes``), or ``None`` without ``--memory-limit`` (or a GPU).
+        memory_limit_gib, memory_model_margin: The memory limit (GiB) and the share kept free (0 <= x < 1).
+    """
+
+    study_name: str
+    model_file: str
+    model_class: str
+    data_class: str | None
+    config_file: str | None
+    user_config: dict[str, Any] | None
+    space_file: str
+    space_explicit: bool
+    space: dict[str, dict[str, Any]]
+    targets: dict[str, dict[str, Any]]
+    model_info: dict[str, Any]
+    baseline_config: dict[str, Any]
+    hardware: dict[str, Any]
+    autotune_version: str
+    devices: int
+    num_nodes: int
+    monitor_explicit: bool
+    objective: str
+    loss_tolerance: float
+    monitor: str
+    mode: str
+    samples: int
+    trial_timeout: float
+    seed: int
+    memory_model: dict[str, Any] | None = None
+    memory_limit_gib: float | None = None
+    memory_model_margin: float = 0.1
+
+    @property
+    def baseline(self) -> TrialConfig:
+        """The baseline config (the model's own values)."""
+        return TrialConfig.from_dict(self.baseline_config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain ``dict`` of the fields, for the study's user attribute."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> StudySettings:
+        """Build from a study's stored settings.
+
+        Raises:
+            StudyMismatchError: A key is not a field (a newer autotune made the study), or a field
+                without a default is missing (an older one did); the message names them.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        missing = sorted(name for name, f in fields.items() if name not in values and f.default is dataclasses.MISSING)
+        if unknown or missing:
+            raise StudyMismatchError(
+                f"study {values.get('study_name')!r} has settings this autotune does not read (unknown {unknown}, missing {missing}); "
+                f"it was made by autotune {values.get('autotune_version')!r}: use that version, or start a new study with --study-name"
+            )
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> StudySettings:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+def settings_of(study) -> StudySettings | None:
+    """The study's :class:`StudySettings`, or ``None`` for a study autotune did not make."""
+    values = study.user_attrs.get(SETTINGS_ATTR)
+    return None if values is None else StudySettings.from_dict(values)
+
+
+
 def _study_names(storage) -> list[str]:
 
     return [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
@@ -72,16 +177,16 @@ def load_study(study_name: str | None, storage_url: str):
     if study_name not in names:
         raise StorageError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
     study = optuna.load_study(study_name=study_name, storage=storage)
-    settings = study.user_attrs.get(SETTINGS_ATTR)
+    settings = settings_of(study)
     if settings is None:
         raise StorageError(f"study {study_name!r} was not made by autotune (it has no {SETTINGS_ATTR!r} settings)")
     return study, settings
 
 
-def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: Path) -> None:
-    if Path(settings["model_file"]) != model_file:
+def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path) -> None:
+    if Path(settings.model_file) != model_file:
         raise StudyMismatchError(
-            f"study {settings['study_name']!r} was made for {settings['model_file']!r}, not {str(model_file)!r}; "
+            f"study {settings.study_name!r} was made for {settings.model_file!r}, not {str(model_file)!r}; "
             "give another --study-name for a new study"
         )
     for key in _FIXED_ON_RESUME:
@@ -91,28 +196,28 @@ def _check_resume(settings: Mapping[str, Any], opts: SearchOptions, model_file: 
             given = str(find_space(given).resolve())
         if key == "config_file" and given is not None:
             given = str(Path(given).resolve())
-        if given is not None and given != settings.get(key):
+        if given is not None and given != getattr(settings, key):
             raise StudyMismatchError(
-                f"study {settings['study_name']!r} was created with {key}={settings.get(key)!r}, not {given!r}; "
+                f"study {settings.study_name!r} was created with {key}={getattr(settings, key)!r}, not {given!r}; "
                 "drop the flag to resume it, or give another --study-name for a new study"
             )
 
 
-def _with_study_values(opts: SearchOptions, settings: Mapping[str, Any]) -> SearchOptions:
+def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOptions:
     """``opts`` with every unset option taken from a study's settings (to inspect the model again)."""
 
     values = {}
     for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "num_nodes", "seed"):
         if getattr(opts, key) is None:
-            values[key] = settings.get(key)
-    if opts.space_file is None and settings.get("space_explicit"):
-        values["space_file"] = settings["space_file"]
-    if opts.monitor is None and not settings.get("monitor_explicit"):
+            values[key] = getattr(settings, key)
+    if opts.space_file is None and settings.space_explicit:
+        values["space_file"] = settings.space_file
+    if opts.monitor is None and not settings.monitor_explicit:
         values["monitor"] = None
     return dataclasses.replace(opts, **values)
 
 
-def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> dict[str, Any]:
+def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> StudySettings:
 
     space_path = find_space(opts.space_file or "default").resolve()
     space = load_space(space_path)  # validate before the slow inspection
@@ -183,7 +288,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
     for key, default in DEFAULTS.items():
         value = getattr(opts, key)
         settings[key] = default if value is None else value
-    return settings
+    return StudySettings(**settings)
 
 
 def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui, num_nodes: int = 1) -> TrialConfig:

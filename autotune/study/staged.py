@@ -16,7 +16,7 @@ from autotune.jobs import SlotPools
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
 from autotune.study.records import _baseline_pending
-from autotune.study.settings import BASELINE_ATTR
+from autotune.study.settings import BASELINE_ATTR, StudySettings
 
 #: Share of a staged run's sampled trials that are short system-knob runs (stage 1).
 SYSTEM_FRACTION = 0.6
@@ -174,7 +174,7 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     return out
 
 
-def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
+def _staged_search(study, settings: StudySettings, ui, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
     accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
     fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
@@ -184,17 +184,17 @@ def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., 
     processes serves every round. Returns the trials this process ran."""
 
 
-    resolved = settings["space"]
-    baseline = TrialConfig.from_dict(settings["baseline_config"])
+    resolved = settings.space
+    baseline = TrialConfig.from_dict(settings.baseline_config)
     convergence = {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
     system_knobs = any(param_name(name, entry) not in convergence for name, entry in resolved.items())
     baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
     fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
     ui.info(f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
-            f"{system_budget(baseline, int(settings['samples']))} samples at the baseline's batch), "
+            f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
             f"then {n_full} full-budget run(s) of the fastest system configs")
-    screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings["seed"]) + len(study.trials),
+    screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings.seed) + len(study.trials),
                            [baseline_params(resolved, baseline)])
     if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
         if len(screen) < n_system:
@@ -202,7 +202,7 @@ def _staged_search(study, settings: Mapping[str, Any], ui, drain: Callable[..., 
         first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
-    pools = SlotPools(settings["model_file"], cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
         ran = drain(add=add - n_full, seeds=list(seeds) + first, pools=pools)
         left = n_full

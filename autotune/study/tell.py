@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError
 from autotune.study.records import _budget
-from autotune.study.settings import BASELINE_ATTR
+from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _overhead(outcome) -> dict[str, float]:
     return {"startup_seconds": first - launch, "training_seconds": end - first, "teardown_seconds": exit_time - end}
 
 
-def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool, ctx: "_RunContext", slot) -> None:
+def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx: "_RunContext", slot) -> None:
     """Store a finished trial's figures and outcome (user attributes, constraint, values or FAIL).
 
     Raises:
@@ -83,7 +83,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
         measured = _measure_attrs(outcome)
         attrs.update(measured)
         try:
-            loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings["monitor"], settings["monitor_explicit"])
+            loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings.monitor, settings.monitor_explicit)
         except UsageError as e:
             kind, reason = FailKind.MONITOR_MISSING, str(e)
         else:
@@ -103,7 +103,7 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                     constraint = SHORT_RUN_CONSTRAINT
                     attrs["constraint"], attrs["feasible"] = None, None
                 else:
-                    constraint = constraint_value(loss, baseline_loss, settings["loss_tolerance"], settings["mode"])
+                    constraint = constraint_value(loss, baseline_loss, settings.loss_tolerance, settings.mode)
                     attrs["constraint"] = constraint if math.isfinite(constraint) else None
                     attrs["feasible"] = constraint <= 0
                 target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
@@ -113,13 +113,13 @@ def _tell(study, trial, outcome, settings: Mapping[str, Any], is_baseline: bool,
                 attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
                 attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
                 attrs["target_reached"] = reach.reached
-                if settings["objective"] == "time-to-quality" and math.isnan(reach.seconds):
+                if settings.objective == "time-to-quality" and math.isnan(reach.seconds):
                     kind, reason = FailKind.NO_LOSS_CURVE, "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
                 _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
                 goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
-                if settings["objective"] == "goodput" and math.isnan(goodput) and kind is None:
+                if settings.objective == "goodput" and math.isnan(goodput) and kind is None:
                     kind, reason = FailKind.NO_NOISE_SCALE, "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
-                values = objective_values(settings["objective"], sps, loss, reach.seconds, goodput)
+                values = objective_values(settings.objective, sps, loss, reach.seconds, goodput)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
         if outcome.log_tail:
@@ -147,7 +147,7 @@ def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, c
     attrs["mfu"] = value if math.isfinite(value) else None
 
 
-def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, batch: int, settings: Mapping[str, Any]) -> float:
+def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, batch: int, settings: StudySettings) -> float:
     """Store the gradient noise scale, the statistical efficiency and the goodput on ``attrs``;
     return the goodput (NaN when the noise scale was not measured here nor in any other trial)."""
 
@@ -164,7 +164,7 @@ def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sp
         if not measured_scales:
             return math.nan
         scale, method = statistics.median(measured_scales), "study_median"
-    base = TrialConfig.from_dict(settings["baseline_config"]).effective_batch_size
+    base = TrialConfig.from_dict(settings.baseline_config).effective_batch_size
     efficiency = statistical_efficiency(scale, batch, base)
     attrs["gradient_noise_scale"] = scale if math.isfinite(scale) else None  # None: inf (all noise)
     attrs["noise_method"] = method
@@ -173,14 +173,14 @@ def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sp
     return sps * efficiency
 
 
-def _loss_target(study, curve, settings: Mapping[str, Any]) -> float:
+def _loss_target(study, curve, settings: StudySettings) -> float:
     """The time-to-quality target: the baseline's smoothed final training loss (this trial is the
     baseline, or the study's baseline predates the target and its stored curve is used)."""
 
     info = study.user_attrs.get(BASELINE_ATTR)
     if info is not None and info.get("trial") is not None:
         curve = study.get_trials(deepcopy=False)[info["trial"]].user_attrs.get("loss_curve") or curve
-    return loss_target(curve, settings["samples"])
+    return loss_target(curve, settings.samples)
 
 
 #: Trials pruned as predicted OOM that one run replaces by new trials (they cost no training).

@@ -19,6 +19,7 @@ from autotune.pruning import intermediate_metric, milestone_steps, prune_decisio
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
 from autotune.study.memory import _predicted_oom
 from autotune.study.records import _budget, _measured_before
+from autotune.study.settings import StudySettings
 from autotune.study.staged import system_budget
 from autotune.study.tell import (
     _fail_interrupted,
@@ -60,7 +61,7 @@ class _RunContext:
             kill_group(pgid)
 
 
-def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: _RunContext) -> Any:
+def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_baseline: bool, ui, ctx: _RunContext) -> Any:
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial.
 
     A config a completed trial measured at the same budget is not trained again (a duplicate), and
@@ -70,8 +71,8 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
     ui.trial_started(trial.number, config, is_baseline)
-    if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings["samples"])) < int(settings["samples"]):
-        trial.set_user_attr("trial_samples", system_budget(config, int(settings["samples"])))  # a short run
+    if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings.samples)) < int(settings.samples):
+        trial.set_user_attr("trial_samples", system_budget(config, int(settings.samples)))  # a short run
     if not is_baseline and "confirm_of" not in trial.user_attrs:
         # (an --enqueue'd config runs even when measured before: the user asked for it)
         original = None if "seeded_from" in trial.user_attrs else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
@@ -80,7 +81,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
         reason = _predicted_oom(study, config)
         if reason is not None:
             return _prune_predicted_oom(study, trial, reason, ui, ctx)
-    spec = trial_spec(settings, config.to_dict(), _budget(trial.user_attrs, settings), settings["seed"])
+    spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
     # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
     with heartbeat(study, trial) as beating:
@@ -96,7 +97,7 @@ def _run_one(study, trial, config: TrialConfig, settings: Mapping[str, Any], is_
     return frozen
 
 
-def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings: Mapping[str, Any], is_baseline: bool,
+def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings: StudySettings, is_baseline: bool,
            ctx: _RunContext, slot, beating: threading.Event) -> TrialOutcome:
     """Run the trial's process (and, on a multi-node study, gather the other nodes' ranks) in ``slot``.
 
@@ -109,14 +110,14 @@ def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings:
         node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
         ctx.ui.trial_progress(trial.number, progress_file)
         if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
-                and "trial_samples" not in trial.user_attrs and intermediate_metric(settings["objective"]) is not None):
+                and "trial_samples" not in trial.user_attrs and intermediate_metric(settings.objective) is not None):
             _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
         if ctx.leader is not None:
-            launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings["trial_timeout"]))
+            launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings.trial_timeout))
             node_env.update(rendezvous)
         outcome = run_trial_process(
             spec,
-            timeout=float(settings["trial_timeout"]),
+            timeout=float(settings.trial_timeout),
             trial_number=trial.number,
             expected_ranks=config.devices if launch else config.world_size,
             devices=config.devices,
@@ -132,7 +133,7 @@ def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings:
         return TrialOutcome(ok=False, fail_kind=FailKind.CRASHED, fail_reason=f"crashed: {str(e).splitlines()[0]}")
 
 
-def _finish(study, trial, outcome: TrialOutcome, settings: Mapping[str, Any], is_baseline: bool, ui, ctx: _RunContext, slot) -> None:
+def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_baseline: bool, ui, ctx: _RunContext, slot) -> None:
     """Tell the study how the trial ended: pruned by the watcher, interrupted by Ctrl-C, or its figures."""
     if ctx.stop.is_set() and not outcome.ok:
         outcome.fail_kind, outcome.fail_reason = FailKind.INTERRUPTED, "interrupted: Ctrl-C in the autotune process"
@@ -149,13 +150,13 @@ def _finish(study, trial, outcome: TrialOutcome, settings: Mapping[str, Any], is
         ui.warn(f"trial {trial.number} finished after another worker marked it failed (stale); its result is not stored ({e})")
 
 
-def _start_watch(study, trial, settings: Mapping[str, Any], ctx: _RunContext, progress_file: str, budget: int, done) -> None:
+def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progress_file: str, budget: int, done) -> None:
     """Watch a running trial's progress preview; at each milestone record its intermediate value and
     stop it (its process group) when the pruner says so (see :mod:`autotune.pruning`). Ends with ``done``."""
 
 
 
-    key, direction = intermediate_metric(settings["objective"])
+    key, direction = intermediate_metric(settings.objective)
     steps = milestone_steps(budget)
     single = len(study.directions) == 1
     recorded: dict[int, float] = {}

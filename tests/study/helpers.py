@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
 from autotune.config import PRECISIONS, TrialConfig
 from autotune.objective import constraint_value, directions
 from autotune.study import BASELINE_ATTR, SETTINGS_ATTR
+from autotune.study.settings import StudySettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -25,8 +30,12 @@ DISTRIBUTIONS = {
 
 def make_study(storage: str | None = None, **settings):
     """A study with autotune's settings (the keys the study's queries read; ``settings`` overrides them)."""
-    values = {"study_name": "s", "objective": "throughput", "mode": "min", "loss_tolerance": 0.05, "samples": 1024,
-              "monitor": "val_loss", "monitor_explicit": False, "devices": 1, "baseline_config": BASELINE.to_dict(), **settings}
+    values = StudySettings(
+        study_name="s", model_file="/nowhere/model.py", model_class="Model", data_class=None, config_file=None, user_config=None,
+        space_file="default.yaml", space_explicit=False, space={}, targets={}, model_info={}, baseline_config=BASELINE.to_dict(),
+        hardware={"accelerator": "cpu"}, autotune_version="test", devices=1, num_nodes=1, monitor_explicit=False,
+        objective="throughput", loss_tolerance=0.05, monitor="val_loss", mode="min", samples=1024, trial_timeout=60.0, seed=0,
+    ).replace(**settings).to_dict()
     study = optuna.create_study(storage=storage, directions=directions(values["objective"], values["mode"]))
     study.set_user_attr(SETTINGS_ATTR, values)
     return study

@@ -5,9 +5,9 @@ AUTOTUNE_CONFIRM=0); this test sets them back to what a user gets.
 """
 
 import pytest
+from conftest import MODELS, load
 
 from autotune.study import load_study, recommendation
-from conftest import MODELS, load
 
 #: A user's environment: $AUTOTUNE_CONFIRM empty reads as unset (--confirm's default, 3 configs).
 DEFAULTS = {"AUTOTUNE_CONFIRM": "", "AUTOTUNE_PRUNER": "median", "AUTOTUNE_SEARCH": "staged"}

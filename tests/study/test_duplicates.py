@@ -2,6 +2,7 @@
 
 from autotune.config import TrialConfig
 from autotune.study.records import _budget, _measured_before
+from autotune.study.settings import settings_of
 
 from .helpers import BASELINE, add, make_study
 
@@ -9,7 +10,7 @@ SAMPLES = 1024  # the study's budget (helpers.make_study)
 
 
 def test_the_budget_is_a_confirmation_runs_else_a_short_runs_else_the_studys():
-    settings = {"samples": SAMPLES}
+    settings = settings_of(make_study(samples=SAMPLES))
     assert _budget({}, settings) == SAMPLES
     assert _budget({"trial_samples": 256}, settings) == 256
     assert _budget({"confirm_samples": 2048, "trial_samples": 256}, settings) == 2048

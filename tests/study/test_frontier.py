@@ -1,5 +1,6 @@
 """The OOM frontier over a study's trials: which configs are predicted to run out of memory, and the summary."""
 
+from autotune.config import TrialConfig
 from autotune.study import oom_frontier
 from autotune.study.memory import _predicted_oom
 from autotune.summary import frontier_lines
@@ -64,3 +65,12 @@ def test_oom_frontier_lists_settings_with_an_oom_and_the_largest_batch_that_fit(
     assert oom_frontier(study) == [{"devices": 1, "strategy": "auto", "precision": "32-true", "fits_up_to": 128, "oom_from": 256}]
     assert frontier_lines(oom_frontier(study)) == ["OOM frontier: 32-true, 1 device(s), auto: per-device batch <= 128 fits, "
                                      ">= 256 runs out of memory (not run again)"]
+
+
+def test_the_memory_model_rules_out_batches_above_its_precision_maximum():
+    study = make_study(memory_limit_gib=80.0, memory_model_margin=0.1,
+                       memory_model={"32-true": {"max_batch": 100}, "bf16-mixed": {"max_batch": 300}})
+    assert _predicted_oom(study, TrialConfig(batch_size=128, precision="32-true")).startswith(
+        "predicted OOM by the memory model: per-device batch 128 > 100, the most that fits 32-true in 90% of 80 GiB")
+    assert _predicted_oom(study, TrialConfig(batch_size=128, precision="bf16-mixed")) is None
+    assert _predicted_oom(study, TrialConfig(batch_size=64, precision="32-true")) is None

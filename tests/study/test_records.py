@@ -6,12 +6,13 @@ import optuna
 
 from autotune.study import confirm_candidates, confirmation, recommendation, records_of
 from autotune.study.records import _baseline_pending, _first_baseline, _search_records
+from autotune.study.settings import StudySettings
 
 from .helpers import add, confirm, make_study
 
 
 def _settings(study):
-    return study.user_attrs["autotune"]
+    return StudySettings.from_dict(study.user_attrs["autotune"])
 
 
 def test_records_of_reduces_every_trial_and_reads_a_target_never_reached_as_inf():

@@ -2,7 +2,13 @@
 screen, the speed ranking, and stage 2's rounds."""
 
 from autotune.config import TrialConfig
-from autotune.study import screen_points, stage2_round, staged_plan, system_budget, top_system_configs
+from autotune.study import (
+    screen_points,
+    stage2_round,
+    staged_plan,
+    system_budget,
+    top_system_configs,
+)
 from autotune.study.staged import SCREEN_MAX_POINTS, STAGE2_ATTEMPTS
 
 from .helpers import add, make_study
