@@ -9,9 +9,9 @@ from rich.console import Console
 
 from autotune.config import TrialConfig
 from autotune.report import ConsoleUI, LiveUI, make_ui
+from study.helpers import make_settings  # tests/study/helpers.py
 
-SETTINGS = {"objective": "throughput", "loss_tolerance": 0.05, "monitor": "val_loss", "samples": 1024, "devices": 1,
-            "space": {"batch_size": {"choices": [16, 32]}, "lr": {"low": 0.01, "high": 0.1, "log": True}}}
+SETTINGS = make_settings(space={"batch_size": {"choices": [16, 32]}, "lr": {"low": 0.01, "high": 0.1, "log": True}})
 
 
 def _config(batch_size):

@@ -28,14 +28,19 @@ DISTRIBUTIONS = {
 }
 
 
-def make_study(storage: str | None = None, **settings):
-    """A study with autotune's settings (the keys the study's queries read; ``settings`` overrides them)."""
-    values = StudySettings(
+def make_settings(**overrides) -> StudySettings:
+    """Settings of a study of a model that trains :data:`BASELINE` on a CPU (``overrides`` replace fields)."""
+    return StudySettings(
         study_name="s", model_file="/nowhere/model.py", model_class="Model", data_class=None, config_file=None, user_config=None,
         space_file="default.yaml", space_explicit=False, space={}, targets={}, model_info={}, baseline_config=BASELINE.to_dict(),
         hardware={"accelerator": "cpu"}, autotune_version="test", devices=1, num_nodes=1, monitor_explicit=False,
         objective="throughput", loss_tolerance=0.05, monitor="val_loss", mode="min", samples=1024, trial_timeout=60.0, seed=0,
-    ).replace(**settings).to_dict()
+    ).replace(**overrides)
+
+
+def make_study(storage: str | None = None, **settings):
+    """A study with autotune's settings (:func:`make_settings`; ``settings`` overrides them)."""
+    values = make_settings(**settings).to_dict()
     study = optuna.create_study(storage=storage, directions=directions(values["objective"], values["mode"]))
     study.set_user_attr(SETTINGS_ATTR, values)
     return study
