@@ -17,6 +17,8 @@ from autotune.summary import (
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
+from autotune.progress import read_progress
+
 __all__ = ["ConsoleUI", "LiveUI", "make_ui", "trial_rows", "render_rows"]
 
 _COLUMNS = (
@@ -406,7 +408,7 @@ class LiveUI(ConsoleUI):
                 lr = f"{config.lr:.3g}" if config.lr is not None else "-"
                 label += (f"batch_size={config.batch_size} precision={config.precision} "
                           f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}")
-            preview = _read_preview(info.get("path"))
+            preview = read_progress(info.get("path"))
             if preview is None:
                 status = "starting"
             elif preview.get("samples_per_sec"):
@@ -446,12 +448,3 @@ class LiveUI(ConsoleUI):
             parts.append(self._table())
         return Group(*parts)
 
-
-def _read_preview(path: str | None) -> dict[str, Any] | None:
-    if not path:
-        return None
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None

@@ -3,7 +3,8 @@
 Each trial runs ``python -m autotune.target`` in a new session (its own process group). Whatever
 happens (normal end, a crash, a timeout, Ctrl-C in the CLI), the whole group is killed afterwards, so
 no DDP rank or DataLoader worker outlives its trial. The outcome is classified by the pure function
-:func:`classify` from the exit status and the per-rank JSON files the ranks wrote.
+:func:`classify` from the exit status and the per-rank JSON files the ranks wrote
+(:mod:`autotune.rank_report`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from autotune.errors import AutotuneError, FailKind, UsageError
+from autotune.rank_report import RankReport, read_rank_reports
 
 __all__ = ["TrialOutcome", "classify", "run_trial_process", "inspect_process", "kill_group", "trial_spec"]
 
@@ -36,7 +38,7 @@ class TrialOutcome:
         fail_kind: Short failure category (``timeout``, ``oom``, ``nonfinite_loss``, ``exception``,
             ``killed``, ``crashed``, ``batch_size_not_applied``, ...), or ``None``.
         fail_reason: One-line reason stored on the trial, or ``None``.
-        ranks: Per-rank result dicts (see :func:`autotune.target.run_trial`).
+        ranks: The rank reports (see :class:`autotune.rank_report.RankReport`).
         wall_seconds: Process start to exit, s.
         log_tail: Last lines of the trial's combined stdout/stderr.
         process_group: The process group id the trial ran in.
@@ -45,7 +47,7 @@ class TrialOutcome:
     ok: bool
     fail_kind: str | None = None
     fail_reason: str | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[RankReport] = field(default_factory=list)
     wall_seconds: float = 0.0
     log_tail: str = ""
     process_group: int | None = None
@@ -91,7 +93,7 @@ def classify(
     returncode: int | None,
     timed_out: bool,
     timeout: float,
-    ranks: Sequence[Mapping[str, Any]],
+    ranks: Sequence[RankReport],
     expected_ranks: int,
 ) -> tuple[str | None, str | None]:
     """Failure kind and reason of a trial, or ``(None, None)`` when it succeeded (pure).
@@ -252,12 +254,7 @@ def run_trial_process(
             finally:
                 kill_group(pgid)
         wall = time.monotonic() - start
-        ranks = []
-        for path in sorted(folder.glob("rank*.json")):
-            try:
-                ranks.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue
+        ranks = read_rank_reports(folder)
         kind, reason = classify(returncode, timed_out, timeout, ranks, expected_ranks)
         return TrialOutcome(
             ok=kind is None,

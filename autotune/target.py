@@ -9,7 +9,7 @@ so every rank reads the same ``SPEC`` file and runs the same config: no rank eve
 be applied, and reads the baseline values; it writes one JSON object to ``OUT``.
 
 ``run`` trains one trial for its sample budget and writes ``DIR/rank<R>.json`` for each rank: what
-the rank measured (see :mod:`autotune.measure`), what config it saw, or why it failed.
+the rank measured (see :mod:`autotune.callback` and :mod:`autotune.rank_report`), what config it saw, or why it failed.
 """
 
 from __future__ import annotations
@@ -315,20 +315,21 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
     """Train one trial and return the exit code (0 when ``fit`` returned).
 
     Every rank writes its report ``out_dir/rank<R>.json`` from the measurement callback (see
-    :mod:`autotune.measure`); an error before ``fit`` (loading the model, building the Trainer, a
+    :mod:`autotune.callback`); an error before ``fit`` (loading the model, building the Trainer, a
     precision Lightning did not apply) is reported here, for this process's rank, unless the rank
     already reported.
     """
-    from autotune.measure import TrialFault, classify_exception, write_rank_report
+    from autotune.measure import TrialFault, classify_exception
+    from autotune.rank_report import RankReport, write_rank_report
 
-    result: dict[str, Any] = {"rank": _global_rank(), "ok": False}
+    result: RankReport = {"rank": _global_rank(), "ok": False}
     try:
         _quiet()
         import torch
 
         from autotune.hardware import available_cpu_count
         from autotune.loader import KnobTarget, build_objects, lightning_package
-        from autotune.measure import measure_callback_class
+        from autotune.callback import measure_callback_class
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()

@@ -242,11 +242,11 @@ def zygote_main(model_file: str) -> int:
     import lightning.pytorch  # noqa: F401
     import torch  # noqa: F401 - preloaded for the children
 
-    from autotune import measure, target  # noqa: F401
+    from autotune import callback, target  # noqa: F401
     from autotune.loader import load_user_module
 
     target._quiet()
-    measure.measure_callback_class()
+    callback.measure_callback_class()
     try:
         load_user_module(model_file)
     except Exception as e:  # the trials will report it; stay useful for the others

@@ -174,7 +174,7 @@ def test_extended_knobs_and_constructor_arguments_reach_every_rank(tmp_path, cli
 
 
 def test_channels_last_converts_the_module_and_its_4d_inputs():
-    from autotune.measure import applied_knobs
+    from autotune.callback import applied_knobs
     from autotune.target import _apply_channels_last
 
     class Net(torch.nn.Module):

@@ -1,0 +1,348 @@
+"""The measurement callback: what each rank of a trial records while Lightning trains it.
+
+:class:`MeasureCallback` runs in each rank of a trial and composes one collaborator per concern:
+
+- :class:`autotune.step_timer.StepTimer`: per-batch data wait, step interval and size, the device
+  synchronisations and the steady-state window (warm-up cut by :func:`autotune.measure.steady_state_start`);
+- :class:`LossLog`: per-batch training loss, unscaled by ``accumulate_grad_batches``, and the
+  non-finite loss check (every ``check_every`` batches and at the end);
+- :class:`autotune.noise_probe.GradientNoiseProbe`: the gradient noise estimates (:mod:`autotune.noise`);
+- :class:`autotune.flop_probe.FlopProbe`: FLOPs of the first batch, for MFU (:mod:`autotune.flops`);
+- :class:`autotune.progress.ProgressWriter`: rank 0's live preview, read by the parent.
+
+It also checks, when training starts, that the train DataLoader has the trial's ``num_workers`` and,
+on the first batch, that the batch has the trial's ``batch_size`` (:class:`autotune.measure.TrialFault`
+otherwise). When ``fit`` ends (after the final validation) or raises, each rank writes its own report,
+``out_dir/rank<R>.json`` (:class:`autotune.rank_report.RankReport`), so the reports are the same
+whichever launcher started the ranks (Lightning's subprocess re-execution, or forked ranks).
+
+``MeasureCallback`` must subclass the ``Callback`` of the Lightning package the model uses
+(``lightning.pytorch`` or ``pytorch_lightning``, whose Trainer accepts only its own callbacks), so it
+is built by :func:`measure_callback_class`; ``autotune.callback.MeasureCallback`` is the
+``lightning.pytorch`` one. Importing this module loads neither torch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+from autotune.flop_probe import FlopProbe
+from autotune.measure import TrialFault, batch_length, classify_exception, summarize
+from autotune.noise_probe import GradientNoiseProbe
+from autotune.progress import Progress, ProgressWriter
+from autotune.rank_report import write_rank_report
+from autotune.step_timer import StepTimer
+
+if TYPE_CHECKING:
+    from autotune.rank_report import RankReport
+
+__all__ = ["measure_callback_class", "LossLog", "check_num_workers", "check_batch_size", "applied_knobs", "peak_rss_gib"]
+
+
+class LossLog:
+    """One rank's training loss per batch, kept on the device until read, and the non-finite check.
+
+    Args:
+        accumulate_grad_batches: Batches per optimizer step (>= 1); Lightning's returned loss is
+            divided by it, so it is multiplied back.
+        check_every: Batches between two non-finite checks (>= 1; each check syncs the device once).
+    """
+
+    def __init__(self, accumulate_grad_batches: int, check_every: int = 16):
+        self.accumulate = accumulate_grad_batches
+        self.check_every = check_every
+        self._losses: list[Any] = []  # 0-d float tensors, or None for a batch that returned no loss
+
+    def add(self, outputs: Any) -> None:
+        """Keep the loss of a batch from what ``training_step`` returned (a tensor, or a dict with ``loss``)."""
+        import torch
+
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        self._losses.append(loss.detach().float() * self.accumulate if isinstance(loss, torch.Tensor) else None)
+
+    def check_due(self, batches: int) -> bool:
+        """Whether to run :meth:`check_finite` after ``batches`` batches."""
+        return batches % self.check_every == 0
+
+    def check_finite(self, sizes: list[int], world_size: int) -> None:
+        """Raise on the first non-finite loss so far.
+
+        Args:
+            sizes: Samples per batch on this rank (for the message).
+            world_size: Ranks of the trial (for the message).
+
+        Raises:
+            TrialFault: ``nonfinite_loss``, naming the batch and the samples seen by then.
+        """
+        import torch
+
+        pending = [(i, loss) for i, loss in enumerate(self._losses) if isinstance(loss, torch.Tensor)]
+        if not pending:
+            return
+        stacked = torch.stack([loss for _, loss in pending])
+        bad = ~torch.isfinite(stacked)
+        if bool(bad.any()):
+            first = pending[int(bad.nonzero()[0])][0]
+            seen = sum(sizes[: first + 1]) * world_size
+            raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
+
+    def recent(self, batches: int = 8) -> float | None:
+        """Mean loss of the last ``batches`` batches that returned one, or ``None`` (syncs the device)."""
+        recent = [float(loss) for loss in self._losses[-batches:] if loss is not None]
+        return statistics.fmean(recent) if recent else None
+
+    def values(self) -> list[float | None]:
+        """Every batch's loss as a float (``None`` for a batch that returned no loss)."""
+        return [float(loss) if loss is not None else None for loss in self._losses]
+
+
+def check_num_workers(loader: Any, num_workers: int | None) -> None:
+    """Check that the train DataLoader has the trial's ``num_workers`` (``None``: not searched).
+
+    Raises:
+        TrialFault: ``num_workers_not_applied``.
+    """
+    workers = getattr(loader, "num_workers", None)
+    if num_workers is not None and workers is not None and workers != num_workers:
+        raise TrialFault("num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {num_workers}")
+
+
+def check_batch_size(samples: int | None, batch_size: int, loader: Any) -> None:
+    """Check that the first training batch, of ``samples`` samples (``None``: unknown), has ``batch_size``.
+
+    Args:
+        samples: Samples in the first batch (:func:`autotune.measure.batch_length`).
+        batch_size: The trial's per-device batch size.
+        loader: The train DataLoader, to tell a training set smaller than the batch in the message.
+
+    Raises:
+        TrialFault: ``batch_size_not_applied``.
+    """
+    if samples is None or samples == batch_size:
+        return
+    try:
+        small = samples < batch_size and samples == len(loader.dataset)
+    except (AttributeError, TypeError):  # iterable datasets have no length
+        small = False
+    hint = " (is the training set smaller than the batch?)" if small else ""
+    raise TrialFault(
+        "batch_size_not_applied",
+        f"batch_size not applied: the first training batch had {samples} samples, the trial asked for {batch_size}{hint}",
+    )
+
+
+def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
+    """What a rank really trains with, read from the objects (for the extended space's knobs).
+
+    Args:
+        loader: The train DataLoader, or ``None``.
+        module: The LightningModule.
+
+    Returns:
+        The DataLoader's ``pin_memory`` and ``prefetch_factor``, the float32 matmul precision,
+        whether the module is compiled (Lightning's ``_compiler_ctx``) and in channels-last format (its
+        first 4-D parameter whose two layouts differ), and its parameter count (changed by searched
+        constructor arguments).
+    """
+    import torch
+
+    # a 4-D weight whose channels-last and contiguous layouts differ (1 input channel or a 1x1 kernel are both)
+    weights = [p for p in module.parameters() if p.dim() == 4 and p.size(1) > 1 and p.size(2) * p.size(3) > 1]
+    return {
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "compiled": getattr(module, "_compiler_ctx", None) is not None,
+        "channels_last": bool(weights) and weights[0].is_contiguous(memory_format=torch.channels_last) and not weights[0].is_contiguous(),
+        "parameters": sum(p.numel() for p in module.parameters()),
+    }
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process plus its largest finished child, GiB (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 2**20
+
+
+def _peak_memory(cuda: bool) -> tuple[float, str]:
+    """``(peak_memory_gib, peak_memory_kind)`` of this rank (see :class:`autotune.rank_report.RankReport`)."""
+    if cuda:
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**30, "cuda_max_allocated"
+    return peak_rss_gib(), "cpu_rss"
+
+
+class _MeasureHooks:
+    """Records the timing, sizes, losses, gradient noise and FLOPs of one rank (see the module docstring).
+
+    Args:
+        batch_size: The trial's per-device batch size; the first batch must have it.
+        num_workers: The trial's DataLoader workers, checked on the train DataLoader, or ``None``.
+        total_batches: Training batches the trial will run; training stops after them.
+        accumulate_grad_batches: Batches per optimizer step (losses are unscaled by it).
+        out_dir: Folder of the rank reports.
+        static: Entries copied into every report (the config the rank saw, ...).
+        check_every: Batches between non-finite loss checks (each check syncs the device once).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_workers: int | None,
+        total_batches: int,
+        accumulate_grad_batches: int,
+        out_dir: str = ".",
+        static: Mapping[str, Any] | None = None,
+        check_every: int = 16,
+    ):
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.total_batches = total_batches
+        self.out_dir = out_dir
+        self.static: dict[str, Any] = dict(static or {})
+        self.precision = str(self.static.get("config", {}).get("precision", "32-true"))
+        self.timer = StepTimer(total_batches, accumulate_grad_batches)
+        self.losses = LossLog(accumulate_grad_batches, check_every)
+        self.noise = GradientNoiseProbe(batch_size, accumulate_grad_batches, total_batches)
+        self.flops = FlopProbe()
+        self.progress = ProgressWriter.from_env()  # written by rank 0 only
+        self.world_size = 1
+        self.cuda = False
+        self.lr_ran: float | None = None
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.world_size = trainer.world_size
+        self.cuda = trainer.strategy.root_device.type == "cuda"
+        loader = trainer.train_dataloader
+        check_num_workers(loader, self.num_workers)
+        if trainer.optimizers:
+            self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
+        self.static["applied"] = applied_knobs(loader, pl_module)
+        self.noise.attach(trainer, self.world_size)
+        self._sync()
+        self.timer.start(time.perf_counter())
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        samples = batch_length(batch)
+        first = not self.timer.sizes
+        if first:
+            check_batch_size(samples, self.batch_size, trainer.train_dataloader)
+        self.timer.batch_start(now, samples)
+        if first:
+            self.flops.start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self.timer.intervals:
+            self.flops.stop()
+        synced = self.timer.sync_due()
+        if synced:
+            self._sync()
+        now = time.perf_counter()
+        if self.timer.batch_end(now, synced or not self.cuda):
+            trainer.should_stop = True  # the sample budget is spent; the final validation follows
+        self.losses.add(outputs)
+        batches = len(self.timer.intervals)
+        if self.losses.check_due(batches):
+            self.losses.check_finite(self.timer.sizes, self.world_size)
+        if self.progress.due(now, last=batches == self.total_batches) and trainer.global_rank == 0:
+            self.progress.write(now, self._preview(batches, now))
+
+    def _preview(self, batches: int, now: float) -> Progress:
+        """The live preview (no device synchronisation: the trial's figures come from the rank report)."""
+        return {
+            "batches": batches,
+            "planned": self.total_batches,
+            "samples": sum(self.timer.sizes) * self.world_size,
+            "samples_per_sec": self.timer.steady_rate(batches, now, self.world_size),
+            "loss": self.losses.recent(),  # the recent training loss (for pruning)
+        }
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.noise.after_backward(trainer, pl_module)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.noise.before_optimizer_step(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not self.timer.ended:  # stopped before the planned last batch
+            self._sync()
+            self.timer.end(time.perf_counter())
+        self.losses.check_finite(self.timer.sizes, self.world_size)
+        self.timer.cut_warmup()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        write_rank_report(self.out_dir, trainer.global_rank, self.report(trainer))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.flops.stop()
+        kind, message = classify_exception(exception)
+        report = {**self.static, "rank": trainer.global_rank, "ok": False, "error": {"kind": kind, "message": message}}
+        write_rank_report(self.out_dir, trainer.global_rank, report)
+
+    def report(self, trainer) -> RankReport:
+        """This rank's report once ``fit`` ended (see :class:`autotune.rank_report.RankReport`)."""
+        record = self.record()
+        first_batch_size = record["sizes"][0] if record["sizes"] else None
+        report: RankReport = {**self.static, "rank": trainer.global_rank, "ok": True, **summarize(record)}  # type: ignore[typeddict-item]
+        report["lr_ran"] = record["lr_ran"]
+        report["first_batch_time"] = self.timer.first_batch_time
+        report["train_end_time"] = self.timer.train_end_time
+        report["first_batch_size"] = first_batch_size
+        report["noise"] = self.noise.report()
+        report.update(self.flops.report(trainer, first_batch_size, self.precision))
+        report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+        report["peak_memory_gib"], report["peak_memory_kind"] = _peak_memory(self.cuda)
+        return report
+
+    def record(self) -> dict[str, Any]:
+        """Raw record for :func:`autotune.measure.summarize`."""
+        return {
+            "intervals": self.timer.intervals,
+            "waits": self.timer.waits,
+            "sizes": self.timer.sizes,
+            "losses": self.losses.values(),
+            "warmup": self.timer.warmup,
+            "window_seconds": self.timer.window_seconds,
+            "world_size": self.world_size,
+            "lr_ran": self.lr_ran,
+        }
+
+
+_CALLBACK_CLASSES: dict[str, type] = {}
+
+
+def measure_callback_class(pl: Any = None) -> type:
+    """The ``MeasureCallback`` class for a Lightning package, built once per package.
+
+    Args:
+        pl: ``lightning.pytorch`` (the default) or ``pytorch_lightning``, the package whose
+            ``Callback`` it subclasses.
+
+    Returns:
+        A subclass of ``pl.Callback`` taking the arguments of the module's callback (see the
+        module docstring).
+    """
+    if pl is None:
+        import lightning.pytorch as pl
+    if pl.__name__ not in _CALLBACK_CLASSES:
+        namespace = {"__module__": __name__, "__qualname__": "MeasureCallback", "__doc__": _MeasureHooks.__doc__}
+        _CALLBACK_CLASSES[pl.__name__] = type("MeasureCallback", (_MeasureHooks, pl.Callback), namespace)
+    return _CALLBACK_CLASSES[pl.__name__]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MeasureCallback":
+        return measure_callback_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
