@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autotune.errors import FailKind, UsageError
+from autotune.ui import UI
 
 __all__ = ["NodeIdentity", "node_identity", "LeaderChannel", "follow"]
 
@@ -181,7 +182,7 @@ class LeaderChannel:
         _set(self.study, self.identity.key, {"launch": None, "done": True, "time": time.time()})
 
 
-def follow(study, identity: NodeIdentity, ui, *, devices: int, timeout: float | None = None) -> int:
+def follow(study, identity: NodeIdentity, ui: UI, *, devices: int, timeout: float | None = None) -> int:
     """Run this node's ranks of every trial the group's leader launches (``autotune worker --node-rank K``).
 
     Returns when the leader says it is done, after ``timeout`` seconds, or when the study has had no

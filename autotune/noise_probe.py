@@ -81,7 +81,9 @@ class GradientNoiseProbe:
 
     def _comm_hook(self, state, bucket):  # no annotations: DDP rejects any but its own
         """DDP communication hook: adds this rank's own gradient before the all-reduce averages it."""
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+            allreduce_hook,
+        )
 
         if self.measuring():
             local = bucket.buffer().float().pow(2).sum()

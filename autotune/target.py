@@ -327,9 +327,9 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         _quiet()
         import torch
 
+        from autotune.callback import measure_callback_class
         from autotune.hardware import available_cpu_count
         from autotune.loader import KnobTarget, build_objects, lightning_package
-        from autotune.callback import measure_callback_class
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()

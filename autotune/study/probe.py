@@ -11,9 +11,10 @@ from autotune.errors import UsageError
 from autotune.memory import fit_memory, max_batch, probe_batches
 from autotune.runner import run_trial_process, trial_spec
 from autotune.study.options import DEFAULTS, SearchOptions
+from autotune.ui import UI
 
 
-def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dict, baseline: TrialConfig, limit: float, margin: float, ui):
+def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dict, baseline: TrialConfig, limit: float, margin: float, ui: UI):
     """Fit the memory model (see :mod:`autotune.memory`) by probes, print it, and cap ``resolved``'s batch sizes.
 
     Returns:

@@ -21,6 +21,7 @@ from autotune.summary import (
     quality_line,
     speedup_line,
 )
+from autotune.ui import UI
 
 
 def default_export_path(storage_url: str, study_name: str) -> Path:
@@ -73,7 +74,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     return out
 
 
-def _save_note(study, settings, trial, baseline, export_path: Path, ui) -> None:
+def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> None:
     """Save the recommendation as the study's note in optuna-dashboard (best effort)."""
     try:
         from optuna_dashboard import save_note

@@ -27,6 +27,7 @@ from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
 from autotune.study.trial import _run_one, _RunContext
+from autotune.ui import UI
 
 
 def _plan_slots(settings: StudySettings, jobs: int):
@@ -58,7 +59,7 @@ def _others_running(study, ctx: _RunContext) -> bool:
     return any(t.state.name == "RUNNING" and t.number not in mine for t in study.get_trials(deepcopy=False))
 
 
-def drain_queue(study, settings: StudySettings, ui, *, add: int, jobs: int = 1, cold: bool = False,
+def drain_queue(study, settings: StudySettings, ui: UI, *, add: int, jobs: int = 1, cold: bool = False,
                 storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, dict]] = (),
                 pruner: tuple[str, int] | None = None, stage: str = "search", pools: Any = None, run_id: str | None = None) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.

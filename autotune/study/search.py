@@ -49,6 +49,7 @@ from autotune.study.settings import (
     settings_of,
 )
 from autotune.study.staged import _staged_search
+from autotune.ui import UI
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = 
     return make_sampler(name or "tpe", settings.space, int(settings.seed) + offset)
 
 
-def run_search(opts: SearchOptions, ui) -> SearchResult:
+def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     """Create or resume a study and add ``opts.trials`` trials to it, then export the recommendation.
 
     The first trial of a new study (or of a study whose baseline never completed) is the baseline:
@@ -121,7 +122,7 @@ def run_search(opts: SearchOptions, ui) -> SearchResult:
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
 
 
-def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui) -> tuple[Any, dict[str, Any], list]:
+def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui: UI) -> tuple[Any, dict[str, Any], list]:
     """Resume the study, or create it (a new SQLite file only after the model and the flags were
     checked, so bad input leaves nothing behind). Returns ``(study, settings, --enqueue seeds)``.
 
@@ -165,7 +166,7 @@ def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_
     return study, settings, seeds
 
 
-def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui) -> int:
+def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui: UI) -> int:
     """Run this search's ``--trials``, staged or flat (``--search``). Returns the trials this process ran.
 
     Raises:
@@ -228,7 +229,7 @@ def _seeds(files: Sequence[str], settings: StudySettings) -> list[tuple[dict, di
     return seeds
 
 
-def _confirm(study, settings: StudySettings, ui, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
+def _confirm(study, settings: StudySettings, ui: UI, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
              run_id: str | None = None) -> int:
     """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
@@ -266,7 +267,7 @@ def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
     return identity
 
 
-def _leader(study, settings: StudySettings, node_rank: int | None, node_group: str | None, command: str, ui):
+def _leader(study, settings: StudySettings, node_rank: int | None, node_group: str | None, command: str, ui: UI):
     """The :class:`autotune.nodes.LeaderChannel` of a multi-node study's node-0 process, else ``None``.
 
     Raises:
@@ -284,7 +285,7 @@ def _leader(study, settings: StudySettings, node_rank: int | None, node_group: s
     return LeaderChannel(study, identity, num_nodes)
 
 
-def run_worker(storage_url: str, study_name: str | None, ui, *, jobs: int = 1, cold: bool = False, timeout: float | None = None,
+def run_worker(storage_url: str, study_name: str | None, ui: UI, *, jobs: int = 1, cold: bool = False, timeout: float | None = None,
                node_rank: int | None = None, node_group: str | None = None) -> SearchResult:
     """Join an existing study and run its queued trials (``autotune worker``).
 

@@ -26,6 +26,7 @@ from autotune.space import (
 from autotune.storage import mask_url, open_storage
 from autotune.study.options import DEFAULTS, SearchOptions
 from autotune.study.probe import _probe_memory
+from autotune.ui import UI
 
 #: Study user attribute holding the settings.
 SETTINGS_ATTR = "autotune"
@@ -217,7 +218,7 @@ def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOp
     return dataclasses.replace(opts, **values)
 
 
-def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui) -> StudySettings:
+def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui: UI) -> StudySettings:
 
     space_path = find_space(opts.space_file or "default").resolve()
     space = load_space(space_path)  # validate before the slow inspection
@@ -291,7 +292,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui)
     return StudySettings(**settings)
 
 
-def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui, num_nodes: int = 1) -> TrialConfig:
+def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, num_nodes: int = 1) -> TrialConfig:
     """The baseline (the model's own values) as a TrialConfig.
 
     A precision this machine does not run natively is replaced by what Lightning runs instead

@@ -17,6 +17,7 @@ from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
 from autotune.study.records import _baseline_pending
 from autotune.study.settings import BASELINE_ATTR, StudySettings
+from autotune.ui import UI
 
 #: Share of a staged run's sampled trials that are short system-knob runs (stage 1).
 SYSTEM_FRACTION = 0.6
@@ -174,7 +175,7 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     return out
 
 
-def _staged_search(study, settings: StudySettings, ui, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
+def _staged_search(study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
     accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
     fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see

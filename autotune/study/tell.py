@@ -14,6 +14,7 @@ from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
 
 if TYPE_CHECKING:
     from autotune.study.trial import _RunContext
+    from autotune.ui import UI
 
 import statistics
 
@@ -193,7 +194,7 @@ _NOT_COPIED = {"config", "effective_batch_size", "baseline", "seeded_from", "sta
                "exit_time", "wall_seconds", "startup_seconds", "training_seconds", "teardown_seconds"}
 
 
-def _tell_duplicate(study, trial, original, ui, ctx: "_RunContext"):
+def _tell_duplicate(study, trial, original, ui: UI, ctx: "_RunContext"):
     """A sampled config that a completed trial already measured at the same budget is not trained
     again: the trial takes that trial's figures and values (``duplicate_of``; never recommended in
     its place), which tells the sampler the same thing at no cost, and a replacement is queued."""
@@ -232,7 +233,7 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
                 study.enqueue_trial({})
 
 
-def _prune_predicted_oom(study, trial, reason: str, ui, ctx: "_RunContext"):
+def _prune_predicted_oom(study, trial, reason: str, ui: UI, ctx: "_RunContext"):
     """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
 
     trial.set_user_attr("fail_kind", FailKind.PREDICTED_OOM)

@@ -4,7 +4,6 @@ tell the study (:mod:`autotune.study.tell`)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import threading
@@ -15,6 +14,7 @@ import optuna
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, FailKind
 from autotune.optuna_compat import heartbeat_interval, record_heartbeat
+from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
 from autotune.study.memory import _predicted_oom
@@ -27,12 +27,13 @@ from autotune.study.tell import (
     _tell,
     _tell_duplicate,
 )
+from autotune.ui import UI
 
 
 class _RunContext:
     """What the trials of one ``search`` run share: slots, warm pools, running trials, Ctrl-C."""
 
-    def __init__(self, slots, pools, jobs: int, ui):
+    def __init__(self, slots, pools, jobs: int, ui: UI):
         self.ui = ui
         self.pools = pools
         self.jobs = jobs
@@ -61,7 +62,7 @@ class _RunContext:
             kill_group(pgid)
 
 
-def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_baseline: bool, ui, ctx: _RunContext) -> Any:
+def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_baseline: bool, ui: UI, ctx: _RunContext) -> Any:
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial.
 
     A config a completed trial measured at the same budget is not trained again (a duplicate), and
@@ -107,7 +108,7 @@ def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings:
     try:
         launch, node_env = None, {}
         progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
-        node_env["AUTOTUNE_PROGRESS_FILE"] = progress_file
+        node_env[PROGRESS_FILE_ENV] = progress_file
         ctx.ui.trial_progress(trial.number, progress_file)
         if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
                 and "trial_samples" not in trial.user_attrs and intermediate_metric(settings.objective) is not None):
@@ -133,7 +134,7 @@ def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings:
         return TrialOutcome(ok=False, fail_kind=FailKind.CRASHED, fail_reason=f"crashed: {str(e).splitlines()[0]}")
 
 
-def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_baseline: bool, ui, ctx: _RunContext, slot) -> None:
+def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_baseline: bool, ui: UI, ctx: _RunContext, slot) -> None:
     """Tell the study how the trial ended: pruned by the watcher, interrupted by Ctrl-C, or its figures."""
     if ctx.stop.is_set() and not outcome.ok:
         outcome.fail_kind, outcome.fail_reason = FailKind.INTERRUPTED, "interrupted: Ctrl-C in the autotune process"
@@ -176,10 +177,8 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
 
     def watch() -> None:
         while not done.wait(0.25):
-            try:
-                with open(progress_file) as f:
-                    preview = json.load(f)
-            except (OSError, ValueError):
+            preview = read_progress(progress_file)
+            if preview is None:
                 continue
             reached = [step for step in steps if preview.get("samples", 0) >= step]
             value = preview.get(key)
