@@ -43,6 +43,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from autotune.study.options import (
+        DEFAULT_CONFIRM,
+        DEFAULTS,
+        ENV_CONFIRM,
+        option_defaults,
+    )
+
+    opt = option_defaults()
     parser = _Parser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -52,38 +60,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", parents=[common], help="run (or resume) a study of real training trials and export the best config")
     s.add_argument("model_file", help="Python file defining a LightningModule (and usually a LightningDataModule)")
-    s.add_argument("--trials", type=_positive_int, default=20, help="trials this run adds (default 20; the first of a new study is the baseline)")
+    s.add_argument("--trials", type=_positive_int, default=opt["trials"], help=f"trials this run adds (default {opt['trials']}; the first of a new study is the baseline)")
     s.add_argument("--model", dest="model_class", help="LightningModule class to use when the file defines several")
     s.add_argument("--data", dest="data_class", help="LightningDataModule class to use when the file defines several")
     s.add_argument("--config", dest="config_file", help="LightningCLI YAML with your own trainer:/model:/data: values (the baseline)")
     s.add_argument("--space", dest="space_file", help="search space YAML (default: search_spaces/default.yaml)")
     s.add_argument("--objective", choices=None, help="throughput (default), time-to-quality, goodput, or pareto (see docs/objectives.md)")
-    s.add_argument("--loss-tolerance", type=_number, help="allowed worsening of the final loss vs the baseline, a fraction (default 0.05)")
-    s.add_argument("--monitor", help="metric the module logs to judge convergence (default val_loss; train loss if not logged)")
+    s.add_argument("--loss-tolerance", type=_number, help=f"allowed worsening of the final loss vs the baseline, a fraction (default {DEFAULTS['loss_tolerance']})")
+    s.add_argument("--monitor", help=f"metric the module logs to judge convergence (default {DEFAULTS['monitor']}; train loss if not logged)")
     s.add_argument("--mode", help="min (default) or max: whether a lower or higher --monitor is better")
-    s.add_argument("--samples", type=_positive_int, help="training samples per trial, over all devices (default 8192)")
-    s.add_argument("--trial-timeout", type=_number, help="wall-clock cap per trial in seconds (default 900)")
+    s.add_argument("--samples", type=_positive_int, help=f"training samples per trial, over all devices (default {DEFAULTS['samples']})")
+    s.add_argument("--trial-timeout", type=_number, help=f"wall-clock cap per trial in seconds (default {DEFAULTS['trial_timeout']:g})")
     s.add_argument("--devices", type=_positive_int, help="devices per trial (default: every GPU; 1 on a CPU-only machine); >1 runs DDP")
     s.add_argument("--num-nodes", type=_positive_int, help="nodes per trial (Lightning's num_nodes; default 1); see autotune worker --node-rank")
     _add_node(s)
     _add_storage(s)
     s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
-    s.add_argument("--seed", type=_positive_int, help="seed of the sampler and of training (default 0)")
-    s.add_argument("--jobs", type=_positive_int, default=1, help="trials at once, each on its own GPUs or CPU cores (default 1)")
+    s.add_argument("--seed", type=_positive_int, help=f"seed of the sampler and of training (default {DEFAULTS['seed']})")
+    s.add_argument("--jobs", type=_positive_int, default=opt["jobs"], help=f"trials at once, each on its own GPUs or CPU cores (default {opt['jobs']})")
     s.add_argument("--memory-limit", type=_number, help="GiB each trial may use (default: the GPU's memory; on a CPU, give it "
                    "to fit the memory model against host RAM)")
-    s.add_argument("--memory-margin", type=_number, default=0.1, help="fraction of --memory-limit kept free (default 0.1)")
+    s.add_argument("--memory-margin", type=_number, default=opt["memory_margin"], help=f"fraction of --memory-limit kept free (default {opt['memory_margin']})")
     s.add_argument("--pruner", help="median (default), percentile or none: stop trials clearly worse than the completed ones at "
                    "25/50/75%% of their samples (docs/objectives.md)")
-    s.add_argument("--pruner-startup", type=_positive_int, default=5, help="completed trials before any pruning (default 5)")
+    s.add_argument("--pruner-startup", type=_positive_int, default=opt["pruner_startup"], help=f"completed trials before any pruning (default {opt['pruner_startup']})")
     s.add_argument("--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable")
     s.add_argument("--search", help="staged (default for throughput and goodput): short runs of the system knobs, then full runs of "
                    "lr and accumulation on the fastest; or flat: every trial samples every knob at full budget (docs/search.md)")
     s.add_argument("--sampler", help="tpe (default, multivariate TPE), gp, cmaes, random or grid (every knob discrete)")
     s.add_argument("--confirm", type=_positive_int, help="re-run the K best configs and the baseline before recommending "
-                   "(default 3, or $AUTOTUNE_CONFIRM; 0 turns it off)")
-    s.add_argument("--confirm-repeats", type=_positive_int, default=3, help="runs per confirmed config (default 3)")
+                   f"(default {DEFAULT_CONFIRM}, or ${ENV_CONFIRM}; 0 turns it off)")
+    s.add_argument("--confirm-repeats", type=_positive_int, default=opt["confirm_repeats"], help=f"runs per confirmed config (default {opt['confirm_repeats']})")
     s.add_argument("--confirm-samples", type=_positive_int, help="training samples per confirmation run (default 2 x --samples)")
     s.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process instead of forking a warm one")
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
@@ -107,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage(w)
     w.add_argument("--study-name", help="the study (needed when the storage holds several)")
     w.add_argument("--timeout", type=_number, help="stop taking new trials after this many seconds")
-    w.add_argument("--jobs", type=_positive_int, default=1, help="trials at once on this machine (default 1)")
+    w.add_argument("--jobs", type=_positive_int, default=opt["jobs"], help=f"trials at once on this machine (default {opt['jobs']})")
     w.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process")
     _add_node(w)
     w.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
@@ -126,13 +134,13 @@ def _add_node(p) -> None:
 
 def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
     """(study name or None, storage URL) from a study argument that may be a name or a .db path."""
-    from autotune.study import ENV_STORAGE, default_storage
+    from autotune.study import resolve_storage
 
     if study.endswith(".db") or "/" in study or os.sep in study:
         if not Path(study).is_file():
             raise UsageError(f"study database {study!r} does not exist")
         return None, f"sqlite:///{study}"
-    return study, storage or os.environ.get(ENV_STORAGE) or default_storage(study)
+    return study, resolve_storage(storage, study)
 
 
 def _cmd_search(args) -> int:

@@ -6,12 +6,22 @@ import types
 import pytest
 import torch
 
-from autotune.callback import LossLog, check_batch_size, check_num_workers, measure_callback_class
+from autotune.callback import (
+    LossLog,
+    check_batch_size,
+    check_num_workers,
+    measure_callback_class,
+)
 from autotune.flop_probe import FlopProbe
 from autotune.measure import TrialFault
 from autotune.noise import noise_terms
 from autotune.noise_probe import GradientNoiseProbe
-from autotune.progress import PROGRESS_FILE_ENV, ProgressWriter, read_progress, write_progress
+from autotune.progress import (
+    PROGRESS_FILE_ENV,
+    ProgressWriter,
+    read_progress,
+    write_progress,
+)
 from autotune.rank_report import read_rank_reports, write_rank_report
 from autotune.step_timer import StepTimer
 

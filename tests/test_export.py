@@ -1,6 +1,6 @@
-import pytest
 import re
 
+import pytest
 import yaml
 
 from autotune.config import TrialConfig
@@ -35,11 +35,11 @@ def test_model_without_datamodule_exports_batch_size_under_model():
 
 
 def test_an_export_reads_back_as_the_same_config_and_params():
+    import optuna
+
     from autotune.config import TrialConfig
     from autotune.export import config_from_lightning_cli, lightning_cli_config
     from autotune.space import params_of, suggest_config
-
-    import optuna
 
     targets = {"lr": {"owner": "model", "how": "init", "name": "learning_rate"},
                "batch_size": {"owner": "data", "how": "init", "name": "batch_size"},

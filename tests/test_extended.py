@@ -5,15 +5,22 @@ import optuna
 import pytest
 import torch
 import yaml
+from conftest import MODELS
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from autotune.config import TrialConfig
 from autotune.errors import SpaceError, UsageError
 from autotune.export import config_from_lightning_cli, lightning_cli_config, render_yaml
 from autotune.hardware import Hardware
-from autotune.space import find_space, load_space, params_of, parse_space, resolve_space, suggest_config
+from autotune.space import (
+    find_space,
+    load_space,
+    params_of,
+    parse_space,
+    resolve_space,
+    suggest_config,
+)
 from autotune.target import with_loader_options
-from conftest import MODELS
 
 CPU = Hardware("cpu", 0, "cpu", 2, True, 16.0)
 GPU = Hardware("gpu", 4, "NVIDIA H100", 32, True, 80.0)

@@ -1,9 +1,16 @@
 import pytest
+from conftest import EXAMPLES, MODELS
 
 from autotune.config import TrialConfig
 from autotune.errors import ModelFileError, UsageError
-from autotune.loader import build_objects, check_model_file, find_classes, load_user_module, locate_knobs, read_user_config
-from conftest import EXAMPLES, MODELS
+from autotune.loader import (
+    build_objects,
+    check_model_file,
+    find_classes,
+    load_user_module,
+    locate_knobs,
+    read_user_config,
+)
 
 
 def test_check_model_file_errors(tmp_path):

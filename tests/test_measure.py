@@ -3,7 +3,13 @@ import math
 import pytest
 import torch
 
-from autotune.measure import batch_length, merge_ranks, steady_state_start, summarize, warmup_batches
+from autotune.measure import (
+    batch_length,
+    merge_ranks,
+    steady_state_start,
+    summarize,
+    warmup_batches,
+)
 
 
 @pytest.mark.parametrize("total, accumulate, expected", [(0, 1, 0), (3, 1, 0), (5, 1, 2), (100, 1, 10), (100, 4, 12), (8, 4, 4)])

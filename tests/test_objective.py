@@ -7,13 +7,13 @@ from autotune.objective import (
     TimeToTarget,
     TrialRecord,
     constraint_value,
-    loss_target,
-    smooth_curve,
-    time_to_target,
     directions,
     final_loss,
+    loss_target,
     pareto_front,
     recommend,
+    smooth_curve,
+    time_to_target,
     validate_tolerance,
 )
 

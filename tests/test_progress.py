@@ -6,10 +6,10 @@ import re
 
 import optuna
 from rich.console import Console
+from study.helpers import make_settings  # tests/study/helpers.py
 
 from autotune.config import TrialConfig
 from autotune.report import ConsoleUI, LiveUI, make_ui
-from study.helpers import make_settings  # tests/study/helpers.py
 
 SETTINGS = make_settings(space={"batch_size": {"choices": [16, 32]}, "lr": {"low": 0.01, "high": 0.1, "log": True}})
 

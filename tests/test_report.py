@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import MODELS, run_cli
 
 pytestmark = pytest.mark.slow

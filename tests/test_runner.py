@@ -1,4 +1,3 @@
-import json
 import signal
 
 from autotune.runner import classify

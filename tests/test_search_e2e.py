@@ -11,8 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-
-from conftest import EXAMPLES, MODELS, ROOT, load, run_cli
+from conftest import EXAMPLES, MODELS, ROOT, load
 
 pytestmark = pytest.mark.slow
 MEASURED = ("samples_per_sec", "device/samples_per_sec", "step_time_median", "step_time_p90", "data_wait_fraction",

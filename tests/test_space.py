@@ -5,7 +5,14 @@ import pytest
 from autotune.config import TrialConfig
 from autotune.errors import SpaceError
 from autotune.hardware import Hardware
-from autotune.space import distributions, find_space, load_space, parse_space, resolve_space, suggest_config
+from autotune.space import (
+    distributions,
+    find_space,
+    load_space,
+    parse_space,
+    resolve_space,
+    suggest_config,
+)
 
 CPU = Hardware("cpu", 0, "cpu", 2, True, 16.0)
 GPU_NO_BF16 = Hardware("gpu", 4, "Tesla V100", 32, False, 32.0)

@@ -2,12 +2,19 @@
 
 import optuna
 import pytest
+from conftest import MODELS
 from optuna.distributions import CategoricalDistribution
 
 from autotune.config import TrialConfig
 from autotune.errors import UsageError
-from autotune.study import SearchOptions, check_search_options, load_study, staged_plan, system_budget, top_system_configs
-from conftest import MODELS
+from autotune.study import (
+    SearchOptions,
+    check_search_options,
+    load_study,
+    staged_plan,
+    system_budget,
+    top_system_configs,
+)
 
 
 def test_the_plan_runs_the_baseline_and_enqueued_configs_first_and_splits_the_rest():
@@ -108,11 +115,11 @@ def test_the_default_search_is_staged_for_rate_objectives_only(monkeypatch):
     from autotune.study import default_search
 
     monkeypatch.delenv("AUTOTUNE_SEARCH", raising=False)
-    assert [default_search({"objective": o}) for o in ("throughput", "goodput", "time-to-quality", "pareto")] == ["staged", "staged", "flat", "flat"]
+    assert [default_search(o) for o in ("throughput", "goodput", "time-to-quality", "pareto")] == ["staged", "staged", "flat", "flat"]
     monkeypatch.setenv("AUTOTUNE_SEARCH", "staged")
-    assert default_search({"objective": "pareto"}) == "flat"  # the variable never forces stage 1 on a full-budget objective
+    assert default_search("pareto") == "flat"  # the variable never forces stage 1 on a full-budget objective
     monkeypatch.setenv("AUTOTUNE_SEARCH", "flat")
-    assert default_search({"objective": "throughput"}) == "flat"
+    assert default_search("throughput") == "flat"
 
 
 def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):

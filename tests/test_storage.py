@@ -38,7 +38,9 @@ def test_a_lost_connection_is_retried_and_other_errors_are_not(tmp_path, monkeyp
             raise optuna.exceptions.StorageInternalError("commit failed") from _lost_connection()
         return original(self, *args, **kwargs)
 
-    from autotune import storage as module  # the retry wrapper around a method that fails twice
+    from autotune import (
+        storage as module,  # the retry wrapper around a method that fails twice
+    )
 
     monkeypatch.setattr(ResilientRDBStorage, "set_study_user_attr", module._wrap("set_study_user_attr", flaky))
     storage.set_study_user_attr(study_id, "k", 1)

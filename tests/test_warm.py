@@ -1,14 +1,13 @@
 """Warm trial processes: forked from a preloaded zygote, isolated like cold ones."""
 
-import json
 import shutil
 
 import optuna
 import pytest
+from conftest import MODELS, load
 
 from autotune.runner import child_env, inspect_process, run_trial_process
 from autotune.warm import WarmPool
-from conftest import MODELS, load
 
 pytestmark = pytest.mark.slow
 

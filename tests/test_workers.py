@@ -9,7 +9,6 @@ import uuid
 
 import optuna
 import pytest
-
 from conftest import MODELS
 
 pytestmark = pytest.mark.slow

@@ -21,41 +21,49 @@ Modules, in the order a search uses them:
 - :mod:`~autotune.study.publish`: the exported LightningCLI YAML and the dashboard note.
 
 Storage URLs and opening live in :mod:`autotune.storage`; result sentences in :mod:`autotune.summary`.
+
+Importing this package is cheap: each public name loads its module (and Optuna) on first use.
 """
 
-from autotune.errors import Interrupted
-from autotune.storage import mask_url, open_storage
-from autotune.study.memory import oom_frontier
-from autotune.study.options import (
-    DEFAULTS,
-    ENV_STORAGE,
-    SearchOptions,
-    check_out_path,
-    check_search_options,
-    default_search,
-    default_storage,
-    default_study_name,
-    resolve_storage,
-)
-from autotune.study.publish import default_export_path, export_study
-from autotune.study.queue import drain_queue
-from autotune.study.records import (
-    confirm_candidates,
-    confirmation,
-    confirmed_speed,
-    recommendation,
-    records_of,
-)
-from autotune.study.search import SearchResult, run_search, run_worker
-from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR, load_study
-from autotune.study.staged import (
-    screen_points,
-    stage2_round,
-    staged_plan,
-    system_budget,
-    system_part,
-    top_system_configs,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.errors import Interrupted
+    from autotune.storage import mask_url, open_storage
+    from autotune.study.memory import oom_frontier
+    from autotune.study.options import (
+        DEFAULTS,
+        ENV_STORAGE,
+        SearchOptions,
+        check_out_path,
+        check_search_options,
+        default_search,
+        default_storage,
+        default_study_name,
+        resolve_storage,
+    )
+    from autotune.study.publish import default_export_path, export_study
+    from autotune.study.queue import drain_queue
+    from autotune.study.records import (
+        confirm_candidates,
+        confirmation,
+        confirmed_speed,
+        recommendation,
+        records_of,
+    )
+    from autotune.study.search import SearchResult, run_search, run_worker
+    from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR, load_study
+    from autotune.study.staged import (
+        screen_points,
+        stage2_round,
+        staged_plan,
+        system_budget,
+        system_part,
+        top_system_configs,
+    )
 
 __all__ = [
     "BASELINE_ATTR",
@@ -92,3 +100,48 @@ __all__ = [
     "system_part",
     "top_system_configs",
 ]
+
+#: Where each public name lives.
+_HOMES = {
+    "BASELINE_ATTR": "autotune.study.settings",
+    "DEFAULTS": "autotune.study.options",
+    "ENV_STORAGE": "autotune.study.options",
+    "Interrupted": "autotune.errors",
+    "SETTINGS_ATTR": "autotune.study.settings",
+    "SearchOptions": "autotune.study.options",
+    "SearchResult": "autotune.study.search",
+    "check_out_path": "autotune.study.options",
+    "check_search_options": "autotune.study.options",
+    "confirm_candidates": "autotune.study.records",
+    "confirmation": "autotune.study.records",
+    "confirmed_speed": "autotune.study.records",
+    "default_export_path": "autotune.study.publish",
+    "default_search": "autotune.study.options",
+    "default_storage": "autotune.study.options",
+    "default_study_name": "autotune.study.options",
+    "drain_queue": "autotune.study.queue",
+    "export_study": "autotune.study.publish",
+    "load_study": "autotune.study.settings",
+    "mask_url": "autotune.storage",
+    "oom_frontier": "autotune.study.memory",
+    "open_storage": "autotune.storage",
+    "recommendation": "autotune.study.records",
+    "records_of": "autotune.study.records",
+    "resolve_storage": "autotune.study.options",
+    "run_search": "autotune.study.search",
+    "run_worker": "autotune.study.search",
+    "screen_points": "autotune.study.staged",
+    "stage2_round": "autotune.study.staged",
+    "staged_plan": "autotune.study.staged",
+    "system_budget": "autotune.study.staged",
+    "system_part": "autotune.study.staged",
+    "top_system_configs": "autotune.study.staged",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value

@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from autotune.errors import UsageError
 from autotune.objective import OBJECTIVES, validate_tolerance
 from autotune.pruning import PRUNERS, make_pruner
 from autotune.samplers import SAMPLERS
-
-if TYPE_CHECKING:
-    from autotune.study.settings import StudySettings
 
 #: Environment variable read when ``--storage`` is not given.
 ENV_STORAGE = "AUTOTUNE_STORAGE"
@@ -51,6 +49,11 @@ DEFAULTS = {
 }
 
 
+
+
+def option_defaults() -> dict[str, Any]:
+    """Each :class:`SearchOptions` field's default (``None``: the study's value, else :data:`DEFAULTS`)."""
+    return {f.name: f.default for f in dataclasses.fields(SearchOptions) if f.default is not dataclasses.MISSING}
 
 
 #: Seconds a worker waits for the creator of a new study to queue its baseline.
@@ -196,12 +199,12 @@ def _env_confirm() -> int:
     return number
 
 
-def default_search(settings: StudySettings) -> str:
+def default_search(objective: str) -> str:
     """``--search``'s default for a study: ``flat`` for ``time-to-quality`` and ``pareto``, whose
     figures need the full budget; for the rate objectives (``throughput``, ``goodput``), whose
     stage-1 figure a short run measures, ``$AUTOTUNE_SEARCH`` if set, else ``staged`` (the
     benchmark ``benchmarks/search_efficiency.py`` decides; docs/search.md)."""
-    rate = settings.objective in ("throughput", "goodput")
+    rate = objective in ("throughput", "goodput")
     value = os.environ.get(ENV_SEARCH)
     if value:
         return value if rate else "flat"

@@ -22,7 +22,7 @@ from autotune.optuna_compat import claim_waiting
 from autotune.pruning import make_pruner
 from autotune.space import baseline_params, suggest_config
 from autotune.storage import mask_url
-from autotune.study.options import BASELINE_WAIT, _env_pruner
+from autotune.study.options import BASELINE_WAIT, _env_pruner, option_defaults
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
@@ -110,7 +110,7 @@ def drain_queue(study, settings: StudySettings, ui: UI, *, add: int, jobs: int =
     ctx = _RunContext(slots, SlotPools(settings.model_file, cold, log_dir, ui) if own_pools else pools, len(slots), ui)
     ctx.leader = leader
     ctx.log_dir = log_dir
-    pruner = pruner or (_env_pruner(), 5)
+    pruner = pruner or (_env_pruner(), option_defaults()["pruner_startup"])
     ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
     worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None)
     try:

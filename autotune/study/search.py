@@ -178,7 +178,7 @@ def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, le
         if left < add:
             ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
             add = max(0, left)
-    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings))
+    search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings.objective))
     if search == "staged" and settings.objective not in ("throughput", "goodput"):
         raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings.objective}; "
                          "use --search flat")

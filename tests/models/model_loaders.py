@@ -2,9 +2,8 @@
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 from tiny import TinyData  # sibling import: the model's folder is importable
+from torch.utils.data import DataLoader, TensorDataset
 
 __all__ = ["TinyData"]
 

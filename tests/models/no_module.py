@@ -1,4 +1,5 @@
 import torch
 
+
 class NotAModel(torch.nn.Module):
     pass

@@ -20,7 +20,6 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 
-
 def _fault() -> str:
     """This trial's fault; read at run time, since a warm process imports this file once for all trials."""
     faults = dict(item.split(":") for item in os.environ.get("TINY_FAULTS", "").split(",") if item)
