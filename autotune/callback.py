@@ -27,7 +27,8 @@ from __future__ import annotations
 import resource
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from autotune.flop_probe import FlopProbe
 from autotune.measure import TrialFault, batch_length, classify_exception, summarize
@@ -39,7 +40,7 @@ from autotune.step_timer import StepTimer
 if TYPE_CHECKING:
     from autotune.rank_report import RankReport
 
-__all__ = ["measure_callback_class", "LossLog", "check_num_workers", "check_batch_size", "applied_knobs", "peak_rss_gib"]
+__all__ = ["LossLog", "applied_knobs", "check_batch_size", "check_num_workers", "measure_callback_class", "peak_rss_gib"]
 
 
 class LossLog:
@@ -107,7 +108,9 @@ def check_num_workers(loader: Any, num_workers: int | None) -> None:
     """
     workers = getattr(loader, "num_workers", None)
     if num_workers is not None and workers is not None and workers != num_workers:
-        raise TrialFault("num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {num_workers}")
+        raise TrialFault(
+            "num_workers_not_applied", f"num_workers not applied: the train DataLoader has {workers}, the trial asked for {num_workers}"
+        )
 
 
 def check_batch_size(samples: int | None, batch_size: int, loader: Any) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from autotune import __version__
 from autotune.errors import AutotuneError, UsageError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 
 def _positive_int(text: str) -> int:
@@ -60,43 +60,91 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", parents=[common], help="run (or resume) a study of real training trials and export the best config")
     s.add_argument("model_file", help="Python file defining a LightningModule (and usually a LightningDataModule)")
-    s.add_argument("--trials", type=_positive_int, default=opt["trials"], help=f"trials this run adds (default {opt['trials']}; the first of a new study is the baseline)")
+    s.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=opt["trials"],
+        help=f"trials this run adds (default {opt['trials']}; the first of a new study is the baseline)",
+    )
     s.add_argument("--model", dest="model_class", help="LightningModule class to use when the file defines several")
     s.add_argument("--data", dest="data_class", help="LightningDataModule class to use when the file defines several")
     s.add_argument("--config", dest="config_file", help="LightningCLI YAML with your own trainer:/model:/data: values (the baseline)")
     s.add_argument("--space", dest="space_file", help="search space YAML (default: search_spaces/default.yaml)")
     s.add_argument("--objective", choices=None, help="throughput (default), time-to-quality, goodput, or pareto (see docs/objectives.md)")
-    s.add_argument("--loss-tolerance", type=_number, help=f"allowed worsening of the final loss vs the baseline, a fraction (default {DEFAULTS['loss_tolerance']})")
-    s.add_argument("--monitor", help=f"metric the module logs to judge convergence (default {DEFAULTS['monitor']}; train loss if not logged)")
+    s.add_argument(
+        "--loss-tolerance",
+        type=_number,
+        help=f"allowed worsening of the final loss vs the baseline, a fraction (default {DEFAULTS['loss_tolerance']})",
+    )
+    s.add_argument(
+        "--monitor", help=f"metric the module logs to judge convergence (default {DEFAULTS['monitor']}; train loss if not logged)"
+    )
     s.add_argument("--mode", help="min (default) or max: whether a lower or higher --monitor is better")
     s.add_argument("--samples", type=_positive_int, help=f"training samples per trial, over all devices (default {DEFAULTS['samples']})")
     s.add_argument("--trial-timeout", type=_number, help=f"wall-clock cap per trial in seconds (default {DEFAULTS['trial_timeout']:g})")
     s.add_argument("--devices", type=_positive_int, help="devices per trial (default: every GPU; 1 on a CPU-only machine); >1 runs DDP")
-    s.add_argument("--num-nodes", type=_positive_int, help="nodes per trial (Lightning's num_nodes; default 1); see autotune worker --node-rank")
+    s.add_argument(
+        "--num-nodes", type=_positive_int, help="nodes per trial (Lightning's num_nodes; default 1); see autotune worker --node-rank"
+    )
     _add_node(s)
     _add_storage(s)
     s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
     s.add_argument("--out", help="path of the exported YAML (default: studies/<study>.best.yaml)")
     s.add_argument("--seed", type=_positive_int, help=f"seed of the sampler and of training (default {DEFAULTS['seed']})")
-    s.add_argument("--jobs", type=_positive_int, default=opt["jobs"], help=f"trials at once, each on its own GPUs or CPU cores (default {opt['jobs']})")
-    s.add_argument("--memory-limit", type=_number, help="GiB each trial may use (default: the GPU's memory; on a CPU, give it "
-                   "to fit the memory model against host RAM)")
-    s.add_argument("--memory-margin", type=_number, default=opt["memory_margin"], help=f"fraction of --memory-limit kept free (default {opt['memory_margin']})")
-    s.add_argument("--pruner", help="median (default), percentile or none: stop trials clearly worse than the completed ones at "
-                   "25/50/75%% of their samples (docs/objectives.md)")
-    s.add_argument("--pruner-startup", type=_positive_int, default=opt["pruner_startup"], help=f"completed trials before any pruning (default {opt['pruner_startup']})")
-    s.add_argument("--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable")
-    s.add_argument("--search", help="staged (default for throughput and goodput): short runs of the system knobs, then full runs of "
-                   "lr and accumulation on the fastest; or flat: every trial samples every knob at full budget (docs/search.md)")
+    s.add_argument(
+        "--jobs", type=_positive_int, default=opt["jobs"], help=f"trials at once, each on its own GPUs or CPU cores (default {opt['jobs']})"
+    )
+    s.add_argument(
+        "--memory-limit",
+        type=_number,
+        help="GiB each trial may use (default: the GPU's memory; on a CPU, give it to fit the memory model against host RAM)",
+    )
+    s.add_argument(
+        "--memory-margin",
+        type=_number,
+        default=opt["memory_margin"],
+        help=f"fraction of --memory-limit kept free (default {opt['memory_margin']})",
+    )
+    s.add_argument(
+        "--pruner",
+        help="median (default), percentile or none: stop trials clearly worse than the completed ones at "
+        "25/50/75%% of their samples (docs/objectives.md)",
+    )
+    s.add_argument(
+        "--pruner-startup",
+        type=_positive_int,
+        default=opt["pruner_startup"],
+        help=f"completed trials before any pruning (default {opt['pruner_startup']})",
+    )
+    s.add_argument(
+        "--enqueue", action="append", metavar="FILE", help="a known config to try first (LightningCLI YAML, e.g. an export); repeatable"
+    )
+    s.add_argument(
+        "--search",
+        help="staged (default for throughput and goodput): short runs of the system knobs, then full runs of "
+        "lr and accumulation on the fastest; or flat: every trial samples every knob at full budget (docs/search.md)",
+    )
     s.add_argument("--sampler", help="tpe (default, multivariate TPE), gp, cmaes, random or grid (every knob discrete)")
-    s.add_argument("--confirm", type=_positive_int, help="re-run the K best configs and the baseline before recommending "
-                   f"(default {DEFAULT_CONFIRM}, or ${ENV_CONFIRM}; 0 turns it off)")
-    s.add_argument("--confirm-repeats", type=_positive_int, default=opt["confirm_repeats"], help=f"runs per confirmed config (default {opt['confirm_repeats']})")
+    s.add_argument(
+        "--confirm",
+        type=_positive_int,
+        help="re-run the K best configs and the baseline before recommending "
+        f"(default {DEFAULT_CONFIRM}, or ${ENV_CONFIRM}; 0 turns it off)",
+    )
+    s.add_argument(
+        "--confirm-repeats",
+        type=_positive_int,
+        default=opt["confirm_repeats"],
+        help=f"runs per confirmed config (default {opt['confirm_repeats']})",
+    )
     s.add_argument("--confirm-samples", type=_positive_int, help="training samples per confirmation run (default 2 x --samples)")
     s.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process instead of forking a warm one")
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
-    for name, help_text in (("show", "print the trials of a study"), ("export", "write the recommended config of a study as LightningCLI YAML")):
+    for name, help_text in (
+        ("show", "print the trials of a study"),
+        ("export", "write the recommended config of a study as LightningCLI YAML"),
+    ):
         p = sub.add_parser(name, parents=[common], help=help_text)
         p.add_argument("study", help="study name (with --storage), or a study database path such as studies/digits.db")
         _add_storage(p)
@@ -121,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
     d = sub.add_parser("dashboard", parents=[common], help="open a study storage in optuna-dashboard on 127.0.0.1")
-    d.add_argument("storage_target", nargs="?", metavar="DB_PATH_OR_STORAGE_URL", help="default: $AUTOTUNE_STORAGE or the only studies/*.db")
+    d.add_argument(
+        "storage_target", nargs="?", metavar="DB_PATH_OR_STORAGE_URL", help="default: $AUTOTUNE_STORAGE or the only studies/*.db"
+    )
     d.add_argument("--port", type=_positive_int, default=8080)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     return parser
@@ -129,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_node(p) -> None:
     p.add_argument("--node-rank", type=int, help="this node's rank in a multi-node trial (default $NODE_RANK, else $SLURM_NODEID, else 0)")
-    p.add_argument("--node-group", help="name shared by the nodes that train the same trials (default $AUTOTUNE_NODE_GROUP, else $SLURM_JOB_ID)")
+    p.add_argument(
+        "--node-group", help="name shared by the nodes that train the same trials (default $AUTOTUNE_NODE_GROUP, else $SLURM_JOB_ID)"
+    )
 
 
 def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
@@ -169,11 +221,19 @@ def _cmd_worker(args) -> int:
         raise UsageError(f"autotune worker needs the study's storage: give --storage URL or set ${ENV_STORAGE}")
     ui = make_ui(quiet=args.quiet)
     try:
-        result = run_worker(url, args.study_name, ui, jobs=args.jobs, cold=args.cold, timeout=args.timeout,
-                            node_rank=args.node_rank, node_group=args.node_group)
+        result = run_worker(
+            url,
+            args.study_name,
+            ui,
+            jobs=args.jobs,
+            cold=args.cold,
+            timeout=args.timeout,
+            node_rank=args.node_rank,
+            node_group=args.node_group,
+        )
     finally:
         ui.stop()
-    study, settings = load_study(result.study_name, result.storage)
+    study, _settings = load_study(result.study_name, result.storage)
     ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.trials)}")
     return 0
 
@@ -223,7 +283,7 @@ def _cmd_report(args) -> int:
 
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty; give a file path such as report.html, or leave --out out")
-    if args.png is not None and (not args.png.strip() or Path(args.png).exists() and not Path(args.png).is_dir()):
+    if args.png is not None and (not args.png.strip() or (Path(args.png).exists() and not Path(args.png).is_dir())):
         raise UsageError(f"--png {args.png!r} is not a folder; give a folder for the PNG files")
 
     name, url = _study_target(args.study, args.storage)
@@ -246,11 +306,23 @@ def _cmd_dashboard(args) -> int:
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     url = storage_for_dashboard(args.storage_target)
-    serve(url, host=args.host, port=args.port, announce=lambda: print(f"optuna-dashboard for {mask_url(url)} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True))
+    serve(
+        url,
+        host=args.host,
+        port=args.port,
+        announce=lambda: print(f"optuna-dashboard for {mask_url(url)} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True),
+    )
     return 0
 
 
-_COMMANDS = {"search": _cmd_search, "worker": _cmd_worker, "show": _cmd_show, "export": _cmd_export, "report": _cmd_report, "dashboard": _cmd_dashboard}
+_COMMANDS = {
+    "search": _cmd_search,
+    "worker": _cmd_worker,
+    "show": _cmd_show,
+    "export": _cmd_export,
+    "report": _cmd_report,
+    "dashboard": _cmd_dashboard,
+}
 
 
 def _stacks_on_sigusr1() -> None:

@@ -7,13 +7,23 @@ also the argument it sets (``Trainer(precision=...)``, ``DataLoader(num_workers=
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["TrialConfig", "PRECISIONS", "TRAINER_KNOBS", "LOADER_KNOBS", "MODULE_KNOBS", "EXTENDED_FIELDS", "STRATEGIES",
-           "COMPILE_MODES", "MATMUL_PRECISIONS"]
+__all__ = [
+    "COMPILE_MODES",
+    "EXTENDED_FIELDS",
+    "LOADER_KNOBS",
+    "MATMUL_PRECISIONS",
+    "MODULE_KNOBS",
+    "PRECISIONS",
+    "STRATEGIES",
+    "TRAINER_KNOBS",
+    "TrialConfig",
+]
 
 #: Lightning's canonical precision strings (``Trainer(precision=...)``).
 PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -92,8 +102,9 @@ class TrialConfig:
         for name in ("pin_memory", "channels_last"):
             if getattr(self, name) not in (None, True, False):
                 raise UsageError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.prefetch_factor is not None and (isinstance(self.prefetch_factor, bool) or not isinstance(self.prefetch_factor, int)
-                                                 or self.prefetch_factor < 1):
+        if self.prefetch_factor is not None and (
+            isinstance(self.prefetch_factor, bool) or not isinstance(self.prefetch_factor, int) or self.prefetch_factor < 1
+        ):
             raise UsageError(f"prefetch_factor must be an integer >= 1, got {self.prefetch_factor!r}")
         if self.compile not in (None, False, True, *COMPILE_MODES):
             raise UsageError(f"compile must be false or a torch.compile mode {list(COMPILE_MODES)}, got {self.compile!r}")
@@ -153,7 +164,7 @@ class TrialConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> TrialConfig:
         """Build from a mapping, rejecting unknown keys.
 
         Raises:
@@ -165,6 +176,6 @@ class TrialConfig:
             raise UsageError(f"unknown config key(s) {unknown}; known keys: {known}")
         return cls(**values)
 
-    def replace(self, **changes: Any) -> "TrialConfig":
+    def replace(self, **changes: Any) -> TrialConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)

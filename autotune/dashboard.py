@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autotune.errors import StorageError
 
-__all__ = ["storage_for_dashboard", "serve"]
+__all__ = ["serve", "storage_for_dashboard"]
 
 
 def storage_for_dashboard(target: str | None) -> str:
@@ -30,12 +30,14 @@ def storage_for_dashboard(target: str | None) -> str:
             )
         target = str(found[0])
     if "://" in target:
-        if target.startswith("sqlite:///") and not Path(target[len("sqlite:///"):]).is_file():
-            raise StorageError(f"study database {target[len('sqlite:///'):]!r} does not exist; run `autotune search` first")
+        if target.startswith("sqlite:///") and not Path(target[len("sqlite:///") :]).is_file():
+            raise StorageError(f"study database {target[len('sqlite:///') :]!r} does not exist; run `autotune search` first")
         return target
     path = Path(target)
     if not path.is_file():
-        raise StorageError(f"study database {target!r} does not exist; give the .db file written by `autotune search` (e.g. studies/NAME.db)")
+        raise StorageError(
+            f"study database {target!r} does not exist; give the .db file written by `autotune search` (e.g. studies/NAME.db)"
+        )
     return f"sqlite:///{path}"
 
 

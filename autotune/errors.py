@@ -10,16 +10,16 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "FAIL_KINDS",
     "AutotuneError",
-    "UsageError",
+    "BaselineFailedError",
+    "FailKind",
+    "Interrupted",
     "ModelFileError",
     "SpaceError",
     "StorageError",
     "StudyMismatchError",
-    "BaselineFailedError",
-    "Interrupted",
-    "FailKind",
-    "FAIL_KINDS",
+    "UsageError",
 ]
 
 
@@ -84,22 +84,58 @@ class FailKind(str, enum.Enum):
 #: (docs/troubleshooting.md explains each; a test keeps the two and the code in step).
 FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     FailKind.EXCEPTION: ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
-    FailKind.OOM: ("out of memory (CUDA OOM, or Lightning's out-of-memory detection)", "expected for large batches; lower the batch_size range if every large one fails"),
-    FailKind.NONFINITE_LOSS: ("the training loss or the final monitored metric became NaN or inf", "lower the lr range, or try 32-true precision"),
-    FailKind.TIMEOUT: ("the trial ran past --trial-timeout; its whole process group was killed", "raise --trial-timeout, or lower --samples"),
-    FailKind.KILLED: ("the trial process was killed by a signal (e.g. the kernel's OOM killer: SIGKILL)", "read log_tail and the system log; give the trials more host memory"),
+    FailKind.OOM: (
+        "out of memory (CUDA OOM, or Lightning's out-of-memory detection)",
+        "expected for large batches; lower the batch_size range if every large one fails",
+    ),
+    FailKind.NONFINITE_LOSS: (
+        "the training loss or the final monitored metric became NaN or inf",
+        "lower the lr range, or try 32-true precision",
+    ),
+    FailKind.TIMEOUT: (
+        "the trial ran past --trial-timeout; its whole process group was killed",
+        "raise --trial-timeout, or lower --samples",
+    ),
+    FailKind.KILLED: (
+        "the trial process was killed by a signal (e.g. the kernel's OOM killer: SIGKILL)",
+        "read log_tail and the system log; give the trials more host memory",
+    ),
     FailKind.CRASHED: ("the trial process exited without a report (or not every rank reported)", "read log_tail"),
-    FailKind.BATCH_SIZE_NOT_APPLIED: ("the first training batch did not have the trial's batch_size", "make the DataLoader read the batch_size constructor argument"),
-    FailKind.NUM_WORKERS_NOT_APPLIED: ("the train DataLoader did not have the trial's num_workers", "make the DataLoader read the num_workers constructor argument"),
-    FailKind.PRECISION_NOT_APPLIED: ("Lightning ran another precision than the trial asked for", "do not hard-code precision in the model; set it in the Trainer only"),
+    FailKind.BATCH_SIZE_NOT_APPLIED: (
+        "the first training batch did not have the trial's batch_size",
+        "make the DataLoader read the batch_size constructor argument",
+    ),
+    FailKind.NUM_WORKERS_NOT_APPLIED: (
+        "the train DataLoader did not have the trial's num_workers",
+        "make the DataLoader read the num_workers constructor argument",
+    ),
+    FailKind.PRECISION_NOT_APPLIED: (
+        "Lightning ran another precision than the trial asked for",
+        "do not hard-code precision in the model; set it in the Trainer only",
+    ),
     FailKind.MONITOR_MISSING: ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
     FailKind.NO_MEASUREMENT: ("too few steps after the warm-up to measure throughput", "raise --samples"),
-    FailKind.NO_LOSS_CURVE: ("--objective time-to-quality, and training_step returned no loss tensor to build the curve from", "return the loss from training_step, or use --objective throughput"),
-    FailKind.NO_NOISE_SCALE: ("--objective goodput, and no optimizer step measured the gradient noise scale", "raise --samples (at least 4 optimizer steps per trial)"),
-    FailKind.PREDICTED_OOM: ("not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow", "nothing to do; autotune show lists the OOM frontier"),
-    FailKind.PRUNED: ("stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)", "nothing to do; --pruner none runs every trial to its end"),
+    FailKind.NO_LOSS_CURVE: (
+        "--objective time-to-quality, and training_step returned no loss tensor to build the curve from",
+        "return the loss from training_step, or use --objective throughput",
+    ),
+    FailKind.NO_NOISE_SCALE: (
+        "--objective goodput, and no optimizer step measured the gradient noise scale",
+        "raise --samples (at least 4 optimizer steps per trial)",
+    ),
+    FailKind.PREDICTED_OOM: (
+        "not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow",
+        "nothing to do; autotune show lists the OOM frontier",
+    ),
+    FailKind.PRUNED: (
+        "stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)",
+        "nothing to do; --pruner none runs every trial to its end",
+    ),
     FailKind.INTERRUPTED: ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
-    FailKind.NODE_LOST: ("another node of a multi-node trial sent no report", "check that every node of the group runs autotune worker --node-rank K"),
+    FailKind.NODE_LOST: (
+        "another node of a multi-node trial sent no report",
+        "check that every node of the group runs autotune worker --node-rank K",
+    ),
 }
 
 
@@ -107,5 +143,7 @@ class Interrupted(AutotuneError):
     """The user pressed Ctrl-C; ``resume`` is the command that continues the study."""
 
     def __init__(self, resume: str):
-        super().__init__(f"interrupted; finished trials are kept. Resume with:\n  {resume}" if resume else "interrupted; finished trials are kept")
+        super().__init__(
+            f"interrupted; finished trials are kept. Resume with:\n  {resume}" if resume else "interrupted; finished trials are kept"
+        )
         self.resume = resume

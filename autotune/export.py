@@ -11,13 +11,14 @@ figures, the hardware and the versions.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
 
 from autotune.config import TrialConfig
 
-__all__ = ["lightning_cli_config", "render_yaml", "config_from_lightning_cli"]
+__all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml"]
 
 
 def lightning_cli_config(
@@ -90,10 +91,12 @@ def _set_knobs(doc: dict[str, Any], config: TrialConfig, targets: Mapping[str, M
     return notes
 
 
-def _extended_notes(doc: dict[str, Any], config: TrialConfig, loader_owner: str, loader_args: Mapping[str, Any],
-                    baseline: TrialConfig | None) -> list[str]:
+def _extended_notes(
+    doc: dict[str, Any], config: TrialConfig, loader_owner: str, loader_args: Mapping[str, Any], baseline: TrialConfig | None
+) -> list[str]:
     """The extended knobs: ``pin_memory``/``prefetch_factor`` under ``loader_owner`` in ``doc`` when its
     class takes them (``loader_args``: its constructor signature), else notes; notes for the rest."""
+
     def unchanged(knob: str) -> bool:
         return baseline is not None and getattr(baseline, knob) == getattr(config, knob)
 
@@ -105,17 +108,25 @@ def _extended_notes(doc: dict[str, Any], config: TrialConfig, loader_owner: str,
         if knob in loader_args:
             doc.setdefault(loader_owner, {})[knob] = value
         else:
-            notes.append(f"{knob}: {value!r}  # pass {knob}={value!r} to the DataLoader(...) your train_dataloader()/val_dataloader() return")
+            notes.append(
+                f"{knob}: {value!r}  # pass {knob}={value!r} to the DataLoader(...) your train_dataloader()/val_dataloader() return"
+            )
     if config.compile_mode:
         mode = "" if config.compile_mode == "default" else f", mode={config.compile_mode!r}"
-        notes.append(f"compile: {config.compile_mode}  # model = torch.compile(model{mode}) before trainer.fit(model) "
-                     "(with LightningCLI(run=False): cli.model)")
+        notes.append(
+            f"compile: {config.compile_mode}  # model = torch.compile(model{mode}) before trainer.fit(model) "
+            "(with LightningCLI(run=False): cli.model)"
+        )
     if config.channels_last:
-        notes.append("channels_last: true  # model.to(memory_format=torch.channels_last), and convert 4-D inputs with "
-                     "x.contiguous(memory_format=torch.channels_last) in on_after_batch_transfer")
+        notes.append(
+            "channels_last: true  # model.to(memory_format=torch.channels_last), and convert 4-D inputs with "
+            "x.contiguous(memory_format=torch.channels_last) in on_after_batch_transfer"
+        )
     if config.float32_matmul_precision and not unchanged("float32_matmul_precision"):
-        notes.append(f"float32_matmul_precision: {config.float32_matmul_precision}  # "
-                     f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training")
+        notes.append(
+            f"float32_matmul_precision: {config.float32_matmul_precision}  # "
+            f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training"
+        )
     return notes
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["precision_dtype", "peak_flops", "measure_matmul_flops", "mfu"]
+__all__ = ["measure_matmul_flops", "mfu", "peak_flops", "precision_dtype"]
 
 #: Seconds one multiplication of the peak measurement should take at least (see :func:`measure_matmul_flops`).
 MATMUL_SECONDS = 0.05

@@ -25,10 +25,11 @@ fp32) > ``16-true``/``bf16-true`` 2. Only the order is used.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-__all__ = ["WIDTH", "MemoryEvent", "event_of", "predicted_oom", "frontier_summary", "memory_setting"]
+__all__ = ["WIDTH", "MemoryEvent", "event_of", "frontier_summary", "memory_setting", "predicted_oom"]
 
 WIDTH = {"64-true": 8, "32-true": 4, "16-mixed": 3, "bf16-mixed": 3, "16-true": 2, "bf16-true": 2}
 
@@ -68,8 +69,15 @@ def event_of(number: int, state: str, attrs: Mapping[str, Any]) -> MemoryEvent |
     if not oom and state != "COMPLETE":
         return None
     devices = int(config.get("devices", 1)) * int(config.get("num_nodes", 1))
-    return MemoryEvent(int(config["batch_size"]), str(config["precision"]), devices, str(config.get("strategy", "auto")), oom, number,
-                       memory_setting(config))
+    return MemoryEvent(
+        int(config["batch_size"]),
+        str(config["precision"]),
+        devices,
+        str(config.get("strategy", "auto")),
+        oom,
+        number,
+        memory_setting(config),
+    )
 
 
 def _same_setting(event: MemoryEvent, config: Mapping[str, Any]) -> bool:
@@ -90,8 +98,10 @@ def predicted_oom(config: Mapping[str, Any], events: Iterable[MemoryEvent]) -> s
     width = WIDTH.get(str(config["precision"]), 4)
     for e in events:
         if e.oom and _same_setting(e, config) and int(config["batch_size"]) >= e.batch_size and width >= WIDTH.get(e.precision, 4):
-            return (f"predicted OOM: trial {e.trial} ran out of memory at per-device batch {e.batch_size} with {e.precision} "
-                    f"(this config: batch {config['batch_size']}, {config['precision']}, same devices and strategy)")
+            return (
+                f"predicted OOM: trial {e.trial} ran out of memory at per-device batch {e.batch_size} with {e.precision} "
+                f"(this config: batch {config['batch_size']}, {config['precision']}, same devices and strategy)"
+            )
     return None
 
 
@@ -104,9 +114,17 @@ def frontier_summary(events: Iterable[MemoryEvent]) -> list[dict[str, Any]]:
     """
     rows: dict[tuple, dict[str, Any]] = {}
     for e in events:
-        row = rows.setdefault((e.devices, e.strategy, e.precision, e.setting),
-                              {"devices": e.devices, "strategy": e.strategy, "precision": e.precision, "fits_up_to": None, "oom_from": None,
-                               **({"setting": e.setting} if e.setting else {})})
+        row = rows.setdefault(
+            (e.devices, e.strategy, e.precision, e.setting),
+            {
+                "devices": e.devices,
+                "strategy": e.strategy,
+                "precision": e.precision,
+                "fits_up_to": None,
+                "oom_from": None,
+                **({"setting": e.setting} if e.setting else {}),
+            },
+        )
         if e.oom:
             row["oom_from"] = e.batch_size if row["oom_from"] is None else min(row["oom_from"], e.batch_size)
         else:

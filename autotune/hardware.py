@@ -8,10 +8,11 @@ here are pure functions.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["Hardware", "probe_hardware", "unsupported_precisions", "cores_per_device"]
+__all__ = ["Hardware", "cores_per_device", "probe_hardware", "unsupported_precisions"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Hardware:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "Hardware":
+    def from_dict(cls, values: Mapping[str, Any]) -> Hardware:
         return cls(**values)
 
     def describe(self) -> str:

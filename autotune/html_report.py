@@ -25,15 +25,16 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
 
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
-__all__ = ["build_figures", "write_report", "write_pngs", "FIGURE_TITLES"]
+__all__ = ["FIGURE_TITLES", "build_figures", "write_pngs", "write_report"]
 
 FIGURE_TITLES = {
     "history": "Optimisation history: samples/s per trial",
@@ -101,14 +102,20 @@ def _batch_throughput(study, settings, recommended, baseline):
         raise _Missing("No trial has completed yet.")
     fig = go.Figure()
     for precision in sorted({t.user_attrs["config"]["precision"] for t in trials}):
-        group = sorted((t for t in trials if t.user_attrs["config"]["precision"] == precision), key=lambda t: t.user_attrs["config"]["batch_size"])
-        fig.add_trace(go.Scatter(
-            x=[t.user_attrs["config"]["batch_size"] for t in group],
-            y=[t.user_attrs["samples_per_sec"] for t in group],
-            mode="markers", name=precision,
-            text=[_label(t) for t in group], hovertemplate="%{text}<extra></extra>",
-            marker={"symbol": ["circle" if t.user_attrs.get("feasible") else "x" for t in group], "size": 10},
-        ))
+        group = sorted(
+            (t for t in trials if t.user_attrs["config"]["precision"] == precision), key=lambda t: t.user_attrs["config"]["batch_size"]
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[t.user_attrs["config"]["batch_size"] for t in group],
+                y=[t.user_attrs["samples_per_sec"] for t in group],
+                mode="markers",
+                name=precision,
+                text=[_label(t) for t in group],
+                hovertemplate="%{text}<extra></extra>",
+                marker={"symbol": ["circle" if t.user_attrs.get("feasible") else "x" for t in group], "size": 10},
+            )
+        )
     fig.update_xaxes(title="per-device batch size", type="log")
     fig.update_yaxes(title="samples/s (global)")
     return fig
@@ -117,9 +124,16 @@ def _batch_throughput(study, settings, recommended, baseline):
 def _label(t) -> str:
     c = t.user_attrs.get("config", {})
     loss = t.user_attrs.get("loss")
-    parts = [f"trial {t.number}", f"batch {c.get('batch_size')}", str(c.get("precision")), f"accum {c.get('accumulate_grad_batches')}",
-             f"workers {c.get('num_workers')}", f"lr {c.get('lr'):.3g}" if isinstance(c.get("lr"), float) else "",
-             f"{t.user_attrs.get('samples_per_sec', float('nan')):,.0f} samples/s", f"loss {loss:.4g}" if _finite(loss) else ""]
+    parts = [
+        f"trial {t.number}",
+        f"batch {c.get('batch_size')}",
+        str(c.get("precision")),
+        f"accum {c.get('accumulate_grad_batches')}",
+        f"workers {c.get('num_workers')}",
+        f"lr {c.get('lr'):.3g}" if isinstance(c.get("lr"), float) else "",
+        f"{t.user_attrs.get('samples_per_sec', float('nan')):,.0f} samples/s",
+        f"loss {loss:.4g}" if _finite(loss) else "",
+    ]
     return "<br>".join(p for p in parts if p)
 
 
@@ -144,11 +158,17 @@ def _pareto(study, settings, recommended, baseline):
             ("other trials", [t for t in trials if t.number not in front], "circle"),
         ):
             group = sorted(group, key=lambda t: t.user_attrs["samples_per_sec"])
-            fig.add_trace(go.Scatter(
-                x=[t.user_attrs["samples_per_sec"] for t in group], y=[t.user_attrs["loss"] for t in group],
-                mode="markers+lines" if name == "Pareto front" else "markers", name=name,
-                text=[_label(t) for t in group], hovertemplate="%{text}<extra></extra>", marker={"symbol": symbol, "size": 10},
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=[t.user_attrs["samples_per_sec"] for t in group],
+                    y=[t.user_attrs["loss"] for t in group],
+                    mode="markers+lines" if name == "Pareto front" else "markers",
+                    name=name,
+                    text=[_label(t) for t in group],
+                    hovertemplate="%{text}<extra></extra>",
+                    marker={"symbol": symbol, "size": 10},
+                )
+            )
         fig.update_xaxes(title="samples/s (global)")
         fig.update_yaxes(title=f"final {monitor}")
     base = study.user_attrs.get("baseline")
@@ -158,10 +178,17 @@ def _pareto(study, settings, recommended, baseline):
         fig.add_hline(y=bound, line_dash="dash", annotation_text=f"loss tolerance ({tol:.0%} vs baseline)")
     for trial, name, symbol in ((baseline, "baseline", "square"), (recommended, "recommended", "star")):
         if trial is not None and _finite(trial.user_attrs.get("loss")):
-            fig.add_trace(go.Scatter(
-                x=[trial.user_attrs["samples_per_sec"]], y=[trial.user_attrs["loss"]], mode="markers", name=f"{name} (trial {trial.number})",
-                marker={"symbol": symbol, "size": 18, "line": {"width": 2}}, text=[_label(trial)], hovertemplate="%{text}<extra></extra>",
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=[trial.user_attrs["samples_per_sec"]],
+                    y=[trial.user_attrs["loss"]],
+                    mode="markers",
+                    name=f"{name} (trial {trial.number})",
+                    marker={"symbol": symbol, "size": 18, "line": {"width": 2}},
+                    text=[_label(trial)],
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
     return fig
 
 
@@ -189,8 +216,10 @@ def _importances(study, settings, recommended, baseline):
 def _loss_curves(study, settings, recommended, baseline):
     import plotly.graph_objects as go
 
-    feasible = sorted((t for t in _complete(study) if t.user_attrs.get("feasible") and t.user_attrs.get("loss_curve")),
-                      key=lambda t: -t.user_attrs["samples_per_sec"])
+    feasible = sorted(
+        (t for t in _complete(study) if t.user_attrs.get("feasible") and t.user_attrs.get("loss_curve")),
+        key=lambda t: -t.user_attrs["samples_per_sec"],
+    )
     chosen = feasible[:CURVES]
     if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline not in chosen:
         chosen.append(baseline)
@@ -201,8 +230,15 @@ def _loss_curves(study, settings, recommended, baseline):
         curve = t.user_attrs["loss_curve"]
         name = f"trial {t.number}" + (" (baseline)" if baseline is not None and t.number == baseline.number else "")
         name += " (recommended)" if recommended is not None and t.number == recommended.number else ""
-        fig.add_trace(go.Scatter(x=[p[0] for p in curve], y=[p[1] for p in curve], mode="lines", name=name,
-                                 line={"dash": "dash"} if "baseline" in name else {}))
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in curve],
+                y=[p[1] for p in curve],
+                mode="lines",
+                name=name,
+                line={"dash": "dash"} if "baseline" in name else {},
+            )
+        )
     fig.update_xaxes(title="training samples seen (global)")
     fig.update_yaxes(title="training loss", type="log")
     return fig
@@ -216,10 +252,16 @@ def _failures(study, settings, recommended, baseline):
         raise _Missing("No trial failed.")
     kinds: dict[str, list] = {}
     for t in failed:
-        kinds.setdefault(t.user_attrs.get("fail_kind") or ("stale" if f"stale_trial_{t.number}" in study.user_attrs else "unknown"), []).append(t)
+        kinds.setdefault(
+            t.user_attrs.get("fail_kind") or ("stale" if f"stale_trial_{t.number}" in study.user_attrs else "unknown"), []
+        ).append(t)
     names = sorted(kinds, key=lambda k: -len(kinds[k]))
-    reasons = ["<br>".join(f"trial {t.number}: {html.escape(str(t.user_attrs.get('fail_reason', ''))[:120])}" for t in kinds[k][:8]) for k in names]
-    fig = go.Figure(go.Bar(x=names, y=[len(kinds[k]) for k in names], text=[len(kinds[k]) for k in names], hovertext=reasons, name="failed trials"))
+    reasons = [
+        "<br>".join(f"trial {t.number}: {html.escape(str(t.user_attrs.get('fail_reason', ''))[:120])}" for t in kinds[k][:8]) for k in names
+    ]
+    fig = go.Figure(
+        go.Bar(x=names, y=[len(kinds[k]) for k in names], text=[len(kinds[k]) for k in names], hovertext=reasons, name="failed trials")
+    )
     fig.update_xaxes(title="failure kind")
     fig.update_yaxes(title="trials")
     return fig
@@ -260,7 +302,9 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
 
     if recommended is not None and baseline is not None:
         extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings)]
-        summary.extend(html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings.objective)) if line)
+        summary.extend(
+            html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings.objective)) if line
+        )
     summary.append(
         f"Objective {settings.objective}, loss tolerance {settings.loss_tolerance:.0%} on {settings.monitor}, "
         f"{settings.samples} training samples per trial."

@@ -15,7 +15,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.hardware import Hardware
 
-__all__ = ["Slot", "plan_slots", "SlotPools"]
+__all__ = ["Slot", "SlotPools", "plan_slots"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ class Slot:
 
 
 def _span(values: list[int]) -> str:
-    return f"{values[0]}-{values[-1]}" if len(values) > 1 and values == list(range(values[0], values[-1] + 1)) else ",".join(map(str, values))
+    return (
+        f"{values[0]}-{values[-1]}" if len(values) > 1 and values == list(range(values[0], values[-1] + 1)) else ",".join(map(str, values))
+    )
 
 
 def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> list[Slot]:
@@ -61,11 +63,13 @@ def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> 
     if hardware.accelerator == "gpu":
         groups = hardware.device_count // devices
         if jobs > groups:
-            raise UsageError(f"--jobs {jobs} with --devices {devices} needs {jobs * devices} GPUs; this machine has {hardware.device_count} (at most --jobs {max(1, groups)})")
+            raise UsageError(
+                f"--jobs {jobs} with --devices {devices} needs {jobs * devices} GPUs; this machine has {hardware.device_count} (at most --jobs {max(1, groups)})"
+            )
         cores_each = max(1, len(cpus) // jobs)
         for j in range(jobs):
             gpus = list(range(j * devices, (j + 1) * devices))
-            mine = cpus[j * cores_each:(j + 1) * cores_each] or cpus
+            mine = cpus[j * cores_each : (j + 1) * cores_each] or cpus
             env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "AUTOTUNE_CPUS": ",".join(map(str, mine))}
             slots.append(Slot(j, env, f"job {j}: GPUs {_span(gpus)}, cores {_span(mine)}"))
         return slots
@@ -73,7 +77,7 @@ def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> 
     if cores_each < devices:
         raise UsageError(f"--jobs {jobs} with --devices {devices} needs {jobs * devices} CPU cores; this process may use {len(cpus)}")
     for j in range(jobs):
-        mine = cpus[j * cores_each:(j + 1) * cores_each]
+        mine = cpus[j * cores_each : (j + 1) * cores_each]
         slots.append(Slot(j, {"AUTOTUNE_CPUS": ",".join(map(str, mine))}, f"job {j}: cores {_span(mine)}"))
     return slots
 

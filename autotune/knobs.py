@@ -11,18 +11,19 @@ imports none of them.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from autotune.config import TrialConfig
 
 __all__ = [
-    "LR_SCALINGS",
-    "KNOB_TYPES",
-    "EXTENDED_KNOBS",
     "ARG_SECTIONS",
-    "user_arg",
+    "EXTENDED_KNOBS",
+    "KNOB_TYPES",
+    "LR_SCALINGS",
     "knob_type",
     "knob_value",
+    "user_arg",
     "with_knobs",
 ]
 

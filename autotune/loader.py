@@ -17,25 +17,26 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from autotune.errors import ModelFileError, UsageError
 
 __all__ = [
+    "KnobTarget",
+    "build_objects",
     "check_model_file",
+    "find_classes",
     "lightning_package",
     "load_user_module",
-    "find_classes",
-    "read_user_config",
-    "KnobTarget",
     "locate_knobs",
-    "build_objects",
     "read_knob",
+    "read_user_config",
 ]
 
 #: Names under which a knob may appear in user code, in order of preference.
@@ -94,7 +95,9 @@ def load_user_module(path: str | Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SystemExit as e:
         sys.modules.pop(name, None)
-        raise ModelFileError(f"{path} called sys.exit({e.code!r}) when imported; move that call under `if __name__ == \"__main__\":`") from None
+        raise ModelFileError(
+            f'{path} called sys.exit({e.code!r}) when imported; move that call under `if __name__ == "__main__":`'
+        ) from None
     except Exception as e:
         sys.modules.pop(name, None)
         line = _user_line(e, path)
@@ -119,7 +122,8 @@ def _lightning_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
     """LightningModule and LightningDataModule classes of both package flavours that are imported."""
     import lightning.pytorch as lp
 
-    modules, datas = [lp.LightningModule], [lp.LightningDataModule]
+    modules: list[type] = [lp.LightningModule]
+    datas: list[type] = [lp.LightningDataModule]
     if "pytorch_lightning" in sys.modules:  # only if the user's code imported it
         import pytorch_lightning as ptl
 
@@ -185,7 +189,9 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
     own_loaders = is_overridden("train_dataloader", model_cls, parent=lightning_package(model_cls).LightningModule)
-    data_cls = _choose("LightningDataModule", "--data", _candidates(module, data_bases, data_name is not None or not own_loaders), data_name, path)
+    data_cls = _choose(
+        "LightningDataModule", "--data", _candidates(module, data_bases, data_name is not None or not own_loaders), data_name, path
+    )
     return model_cls, data_cls
 
 
@@ -257,7 +263,7 @@ class KnobTarget:
         return {"knob": self.knob, "owner": self.owner, "how": self.how, "name": self.name}
 
 
-def _init_params(cls: type) -> Mapping[str, inspect.Parameter]:
+def _init_params(cls: type[Any]) -> Mapping[str, inspect.Parameter]:
     try:
         return inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
@@ -278,7 +284,7 @@ def locate_knobs(model_cls: type, data_cls: type | None, model: Any = None, data
     for knob, aliases in KNOB_ALIASES.items():
         owners = [("data", data_cls, datamodule), ("model", model_cls, model)] if knob != "lr" else [("model", model_cls, model)]
         target = None
-        for owner, cls, obj in owners:
+        for owner, cls, _obj in owners:
             if cls is None:
                 continue
             params = _init_params(cls)
@@ -289,7 +295,7 @@ def locate_knobs(model_cls: type, data_cls: type | None, model: Any = None, data
             if target:
                 break
         if target is None:
-            for owner, cls, obj in owners:
+            for owner, _cls, obj in owners:
                 if obj is None:
                     continue
                 for alias in aliases:
@@ -316,7 +322,9 @@ def _init_kwargs(cls: type, given: Mapping[str, Any], section: str) -> dict[str,
     missing = [
         name
         for name, p in params.items()
-        if name != "self" and p.default is inspect.Parameter.empty and name not in given
+        if name != "self"
+        and p.default is inspect.Parameter.empty
+        and name not in given
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
     if missing:

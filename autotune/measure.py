@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.rank_report import NoiseReport, RankReport, RankSummary
 
 __all__ = [
     "TrialFault",
-    "warmup_batches",
-    "steady_state_start",
-    "summarize",
-    "merge_ranks",
     "batch_length",
     "classify_exception",
+    "merge_ranks",
+    "steady_state_start",
+    "summarize",
+    "warmup_batches",
 ]
 
 #: At most this many points of the loss curve are stored per trial.
@@ -89,9 +90,9 @@ def steady_state_start(intervals: Sequence[float], accumulate_grad_batches: int 
     k = max(1, accumulate_grad_batches)
     n_batches = len(intervals)
     limit = max(0, n_batches - min_steady)
-    steps = [sum(intervals[i:i + k]) for i in range(0, n_batches - n_batches % k, k)]
+    steps = [sum(intervals[i : i + k]) for i in range(0, n_batches - n_batches % k, k)]
     block = 5 if len(steps) >= 50 else 1
-    x = [statistics.fmean(steps[i:i + block]) for i in range(0, len(steps) - len(steps) % block, block)]
+    x = [statistics.fmean(steps[i : i + block]) for i in range(0, len(steps) - len(steps) % block, block)]
     best_d, best = 0, math.inf
     if x:
         centre = statistics.fmean(x)  # centred values: the sums below lose no precision
@@ -153,7 +154,7 @@ def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]
         return points
     stride = len(points) / limit
     picked = [points[int(i * stride)] for i in range(limit - 1)]
-    return picked + [points[-1]]
+    return [*picked, points[-1]]
 
 
 def summarize(record: Mapping[str, Any]) -> RankSummary:
@@ -187,7 +188,7 @@ def summarize(record: Mapping[str, Any]) -> RankSummary:
         seen += size * world
         if loss is not None:
             curve.append((seen, loss))
-    tail = [l for _, l in curve[-max(1, len(curve) // 10):]]
+    tail = [value for _, value in curve[-max(1, len(curve) // 10) :]]
     total_interval = sum(steady_intervals)
     return {
         "samples": samples,
@@ -220,6 +221,7 @@ def merge_ranks(ranks: Sequence[RankReport], peak_memory_kind: str) -> dict[str,
         ``samples_per_sec`` (global), ``device/samples_per_sec`` (per device), step times, data
         wait fraction, ``peak_memory_gib``, ``loss_curve``, ``train_loss_final``, ``metrics``.
     """
+
     def rate(r: RankReport) -> float:
         return r["samples"] / r["seconds"] if r["seconds"] and r["seconds"] > 0 else float("nan")
 

@@ -18,7 +18,7 @@ autotuner and in Lightning's batch-size finder reasoning).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["fit_memory", "max_batch", "probe_batches"]
 
@@ -57,7 +57,7 @@ def max_batch(fixed: float, per_sample: float, limit: float, margin: float) -> i
         return None
     if per_sample <= 0:
         return 2**31
-    return int(math.floor(budget / per_sample))
+    return math.floor(budget / per_sample)
 
 
 def probe_batches(choices: Sequence[int]) -> tuple[int, int]:

@@ -26,13 +26,14 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from autotune.errors import FailKind, UsageError
 from autotune.ui import UI
 
-__all__ = ["NodeIdentity", "node_identity", "LeaderChannel", "follow"]
+__all__ = ["LeaderChannel", "NodeIdentity", "follow", "node_identity"]
 
 #: Seconds the leader waits for the other nodes' reports after its own ranks ended.
 RESULT_WAIT = 120.0
@@ -79,7 +80,9 @@ def node_identity(num_nodes: int, node_rank: int | None = None, group: str | Non
     except (TypeError, ValueError):
         raise UsageError(f"node rank {raw!r} is not an integer; give --node-rank K with 0 <= K < {num_nodes}") from None
     if not 0 <= rank < num_nodes:
-        raise UsageError(f"node rank {rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}; give --node-rank K with 0 <= K < {num_nodes}")
+        raise UsageError(
+            f"node rank {rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}; give --node-rank K with 0 <= K < {num_nodes}"
+        )
     name = group or os.environ.get("AUTOTUNE_NODE_GROUP") or os.environ.get("SLURM_JOB_ID") or "default"
     addr = os.environ.get("MASTER_ADDR") or socket.getfqdn()
     return NodeIdentity(rank, str(name), addr)
@@ -121,10 +124,20 @@ class LeaderChannel:
         """Announce a trial to the group. Returns the launch id and the leader's rendezvous environment."""
         launch = uuid.uuid4().hex[:12]
         port = _free_port()
-        _set(self.study, self.identity.key, {
-            "launch": launch, "trial": trial_number, "spec": dict(spec), "timeout": timeout, "num_nodes": self.num_nodes,
-            "master_addr": self.identity.master_addr, "master_port": port, "ended": False,
-        })
+        _set(
+            self.study,
+            self.identity.key,
+            {
+                "launch": launch,
+                "trial": trial_number,
+                "spec": dict(spec),
+                "timeout": timeout,
+                "num_nodes": self.num_nodes,
+                "master_addr": self.identity.master_addr,
+                "master_port": port,
+                "ended": False,
+            },
+        )
         return launch, {"NODE_RANK": "0", "MASTER_ADDR": self.identity.master_addr, "MASTER_PORT": str(port)}
 
     def ended(self, launch: str) -> None:
@@ -168,7 +181,9 @@ class LeaderChannel:
             report = reports.get(k)
             if report is None:
                 outcome.ok, outcome.fail_kind = False, FailKind.NODE_LOST
-                outcome.fail_reason = f"node_lost: node rank {k} of group {self.identity.group!r} sent no report within {wait:g} s after node 0 ended"
+                outcome.fail_reason = (
+                    f"node_lost: node rank {k} of group {self.identity.group!r} sent no report within {wait:g} s after node 0 ended"
+                )
                 return outcome
             if report.get("fail_kind"):
                 outcome.ok, outcome.fail_kind = False, FailKind(report["fail_kind"])
@@ -210,7 +225,11 @@ def follow(study, identity: NodeIdentity, ui: UI, *, devices: int, timeout: floa
             done += 1
             ui.info(f"node {identity.node_rank}: trial {record['trial']} with node 0 at {record['master_addr']}:{record['master_port']}")
             _set(study, f"{identity.key}:{launch}:{identity.node_rank}", {"joined": time.time(), "host": socket.gethostname()})
-            env = {"NODE_RANK": str(identity.node_rank), "MASTER_ADDR": str(record["master_addr"]), "MASTER_PORT": str(record["master_port"])}
+            env = {
+                "NODE_RANK": str(identity.node_rank),
+                "MASTER_ADDR": str(record["master_addr"]),
+                "MASTER_PORT": str(record["master_port"]),
+            }
             stop = threading.Event()
 
             def started(pgid: int, launch=launch, stop=stop) -> None:
@@ -218,15 +237,27 @@ def follow(study, identity: NodeIdentity, ui: UI, *, devices: int, timeout: floa
 
             try:
                 outcome = run_trial_process(
-                    record["spec"], timeout=float(record["timeout"]), trial_number=int(record["trial"]),
-                    expected_ranks=devices, devices=devices, slot_env=env, on_start=started,
+                    record["spec"],
+                    timeout=float(record["timeout"]),
+                    trial_number=int(record["trial"]),
+                    expected_ranks=devices,
+                    devices=devices,
+                    slot_env=env,
+                    on_start=started,
                 )
             finally:
                 stop.set()
-            _set(study, f"{identity.key}:{launch}:{identity.node_rank}", {
-                "ranks": outcome.ranks, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
-                "log_tail": outcome.log_tail[-4000:], "host": socket.gethostname(),
-            })
+            _set(
+                study,
+                f"{identity.key}:{launch}:{identity.node_rank}",
+                {
+                    "ranks": outcome.ranks,
+                    "fail_kind": outcome.fail_kind,
+                    "fail_reason": outcome.fail_reason,
+                    "log_tail": outcome.log_tail[-4000:],
+                    "host": socket.gethostname(),
+                },
+            )
             state = "ok" if outcome.ok else outcome.fail_reason
             ui.info(f"node {identity.node_rank}: trial {record['trial']} ended: {state}")
             continue

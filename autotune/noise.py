@@ -25,9 +25,9 @@ their mean (which assumes ``G`` barely moves in one step).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["noise_terms", "noise_scale", "statistical_efficiency", "mean_terms"]
+__all__ = ["mean_terms", "noise_scale", "noise_terms", "statistical_efficiency"]
 
 
 def noise_terms(sq_small: float, b_small: float, sq_big: float, b_big: float) -> tuple[float, float]:

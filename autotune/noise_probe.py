@@ -18,6 +18,7 @@ Manual optimization measures nothing (no hook sees the combined gradient). Gradi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.noise import mean_terms, noise_terms
@@ -25,7 +26,7 @@ from autotune.noise import mean_terms, noise_terms
 if TYPE_CHECKING:
     from autotune.rank_report import NoiseReport
 
-__all__ = ["GradientNoiseProbe", "MEASUREMENTS_PER_RUN"]
+__all__ = ["MEASUREMENTS_PER_RUN", "GradientNoiseProbe"]
 
 #: Optimizer steps measured per run, about (spread evenly).
 MEASUREMENTS_PER_RUN = 16
@@ -137,7 +138,7 @@ class GradientNoiseProbe:
     def _micro_batches(self, pl_module: Any) -> None:
         import torch
 
-        sq_small = torch.stack(self._micro_sq).mean()
+        sq_small: Any = torch.stack(self._micro_sq).mean()  # a 0-d tensor, like the other estimators' terms
         self._terms.append(noise_terms(sq_small, self.batch_size, _sq(_grads(pl_module)), self.batch_size * self.accumulate))
 
     def _ddp_ranks(self, trainer: Any, pl_module: Any) -> None:
@@ -159,7 +160,7 @@ def _grads(pl_module: Any) -> list[Any]:
     return [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
 
 
-def _sq(tensors: list[Any]) -> Any:
+def _sq(tensors: Sequence[Any]) -> Any:
     """Squared L2 norm of a list of tensors, a 0-d float tensor."""
     import torch
 

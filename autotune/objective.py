@@ -19,27 +19,28 @@ Objectives:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, cast
 
 from autotune.errors import UsageError
 
 __all__ = [
+    "INPUT_BOUND_FRACTION",
     "OBJECTIVES",
+    "TimeToTarget",
     "TrialRecord",
-    "final_loss",
     "constraint_value",
-    "is_feasible",
-    "objective_values",
     "directions",
+    "final_loss",
+    "input_bound_advice",
+    "is_feasible",
+    "loss_target",
+    "objective_values",
     "pareto_front",
     "recommend",
     "smooth_curve",
-    "loss_target",
-    "TimeToTarget",
     "time_to_target",
-    "INPUT_BOUND_FRACTION",
-    "input_bound_advice",
 ]
 
 OBJECTIVES = ("throughput", "time-to-quality", "goodput", "pareto")
@@ -141,7 +142,9 @@ def directions(objective: str, mode: str = "min") -> list[str]:
     raise UsageError(f"unknown objective {objective!r}; choose one of {list(OBJECTIVES)}")
 
 
-def objective_values(objective: str, samples_per_sec: float, loss: float, time_to_target: float = math.nan, goodput: float = math.nan) -> list[float]:
+def objective_values(
+    objective: str, samples_per_sec: float, loss: float, time_to_target: float = math.nan, goodput: float = math.nan
+) -> list[float]:
     """Values told to Optuna for a finished trial, in the order of :func:`directions`."""
     if objective == "throughput":
         return [samples_per_sec]
@@ -184,9 +187,7 @@ def recommend(
     """
     candidates = pareto_front(records, mode) if objective == "pareto" else [r for r in records if r.complete]
     feasible = [
-        r
-        for r in candidates
-        if math.isfinite(r.samples_per_sec) and is_feasible(constraint_value(r.loss, baseline_loss, tolerance, mode))
+        r for r in candidates if math.isfinite(r.samples_per_sec) and is_feasible(constraint_value(r.loss, baseline_loss, tolerance, mode))
     ]
     if not feasible:
         return None
@@ -287,7 +288,7 @@ def time_to_target(curve: Sequence[Sequence[float]], target: float, samples_per_
                 samples = x0 + (x - x0) * (y0 - target) / (y0 - y)
             return TimeToTarget(samples, samples / samples_per_sec, True)
         previous = (x, y)
-    tail = smoothed[len(smoothed) // 2:]
+    tail = smoothed[len(smoothed) // 2 :]
     if len(tail) < 2:
         return TimeToTarget(math.inf, math.inf, False)
     logs = [math.log(x) for x, _ in tail]
@@ -324,7 +325,9 @@ def validate_tolerance(value: Any) -> float:
 INPUT_BOUND_FRACTION = 0.10
 
 
-def input_bound_advice(data_wait_fraction: float, config: Mapping[str, Any], space: Mapping[str, Mapping[str, Any]], accelerator: str) -> str | None:
+def input_bound_advice(
+    data_wait_fraction: float, config: Mapping[str, Any], space: Mapping[str, Mapping[str, Any]], accelerator: str
+) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
     A config is input-bound when more than :data:`INPUT_BOUND_FRACTION` of its steady-state step
@@ -346,7 +349,7 @@ def input_bound_advice(data_wait_fraction: float, config: Mapping[str, Any], spa
     knobs = []
     entry = space.get("num_workers")
     top = None if entry is None else (max(entry["choices"]) if "choices" in entry else entry["high"])
-    if entry is None or workers >= top:
+    if entry is None or workers >= cast(int, top):  # top is a number whenever entry is not None
         knobs.append(f"more num_workers (this config uses {workers}{', the top of the searched range' if entry is not None else ''})")
     else:
         knobs.append(f"num_workers (this config uses {workers}, the space allows up to {top})")
@@ -355,5 +358,7 @@ def input_bound_advice(data_wait_fraction: float, config: Mapping[str, Any], spa
     if workers > 0:
         knobs.append("prefetch_factor (default 2)")
         knobs.append("persistent_workers=True")
-    return (f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%}); "
-            f"widen: {', '.join(knobs)}; or make the data pipeline cheaper (pre-processed tensors, less work per sample)")
+    return (
+        f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%}); "
+        f"widen: {', '.join(knobs)}; or make the data pipeline cheaper (pre-processed tensors, less work per sample)"
+    )

@@ -51,7 +51,8 @@ def claim_waiting(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optu
     except optuna.exceptions.UpdateFinishedTrialError:
         return None
     if heartbeat_interval(study):
-        storage.record_heartbeat(frozen._trial_id)
+        # heartbeat_interval() is set only on storages with heartbeats; BaseStorage's type lacks the method
+        storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
     study.sampler.before_trial(study, storage.get_trial(frozen._trial_id))
     return optuna.trial.Trial(study, frozen._trial_id)
 
@@ -64,7 +65,8 @@ def heartbeat_interval(study: optuna.Study) -> int | None:
 
 def record_heartbeat(study: optuna.Study, trial: optuna.trial.Trial) -> None:
     """Record one heartbeat of a running trial (as ``optuna.storages._heartbeat`` does inside ``optimize``)."""
-    study._storage.record_heartbeat(trial._trial_id)
+    # only called with heartbeats on (an RDB storage); BaseStorage's type lacks the method
+    study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
 
 
 def fixed_params(frozen: optuna.trial.FrozenTrial) -> dict[str, Any]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict, cast
 
-__all__ = ["PROGRESS_FILE_ENV", "Progress", "write_progress", "read_progress", "ProgressWriter"]
+__all__ = ["PROGRESS_FILE_ENV", "Progress", "ProgressWriter", "read_progress", "write_progress"]
 
 #: The environment variable that names a trial's progress file (unset: no preview is written).
 PROGRESS_FILE_ENV = "AUTOTUNE_PROGRESS_FILE"
@@ -87,7 +88,7 @@ def read_progress(path: str | None) -> Progress | None:
             preview = json.load(f)
     except (OSError, ValueError):
         return None
-    return preview if isinstance(preview, dict) else None
+    return cast(Progress, preview) if isinstance(preview, dict) else None
 
 
 class ProgressWriter:
@@ -104,7 +105,7 @@ class ProgressWriter:
         self._written_at = 0.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProgressWriter":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ProgressWriter:
         """A writer to the file named by :data:`PROGRESS_FILE_ENV` (none when it is unset)."""
         return cls((os.environ if environ is None else environ).get(PROGRESS_FILE_ENV))
 

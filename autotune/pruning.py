@@ -26,11 +26,12 @@ Both wait for ``--pruner-startup`` completed trials (default 5) before pruning a
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["PRUNERS", "MILESTONES", "make_pruner", "prune_decision", "milestone_steps", "intermediate_metric"]
+__all__ = ["MILESTONES", "PRUNERS", "intermediate_metric", "make_pruner", "milestone_steps", "prune_decision"]
 
 PRUNERS = ("median", "percentile", "none")
 #: Fractions of the sample budget at which a running trial is judged.
@@ -58,7 +59,7 @@ def make_pruner(name: str, startup: int = 5):
 
 def milestone_steps(budget: int) -> list[int]:
     """Milestones of a budget, in training samples."""
-    return [int(round(f * budget)) for f in MILESTONES]
+    return [round(f * budget) for f in MILESTONES]
 
 
 def intermediate_metric(objective: str) -> tuple[str, str] | None:
@@ -88,7 +89,8 @@ def prune_decision(pruner: Any, direction: str, completed: Sequence[Mapping[int,
     if pruner is None or not current:
         return False
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    shadow = optuna.create_study(direction=direction, pruner=pruner)
+    # direction is "minimize" or "maximize", typed str here; Optuna's stub wants the Literal
+    shadow = optuna.create_study(direction=direction, pruner=pruner)  # type: ignore[arg-type]
     for values in completed:
         if values:
             last = values[max(values)]

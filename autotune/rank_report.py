@@ -12,10 +12,11 @@ Plain data only: importing this module loads neither torch nor Lightning.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TypedDict
+from typing import Any, TypedDict
 
-__all__ = ["RankSummary", "NoiseReport", "RankError", "RankReport", "write_rank_report", "read_rank_reports"]
+__all__ = ["NoiseReport", "RankError", "RankReport", "RankSummary", "read_rank_reports", "write_rank_report"]
 
 
 class RankSummary(TypedDict):

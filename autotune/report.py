@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autotune.summary import (
     confirmation_lines,
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 from autotune.progress import read_progress
 
-__all__ = ["ConsoleUI", "LiveUI", "make_ui", "trial_rows", "render_rows"]
+__all__ = ["ConsoleUI", "LiveUI", "make_ui", "render_rows", "trial_rows"]
 
 _COLUMNS = (
     ("number", "#"),
@@ -124,9 +125,11 @@ def _to_target(attrs: Mapping[str, Any]) -> str | None:
 def sort_key(objective: str):
     """Key ordering trial rows best first under ``objective`` (failed and unmeasured rows last)."""
     if objective == "time-to-quality":
+
         def key(row):
             seconds = row.get("time_to_target")
             return (not row.get("target_reached"), seconds if seconds is not None else math.inf)
+
         return key
     if objective == "goodput":
         return lambda row: -(row.get("goodput") or 0)
@@ -211,7 +214,11 @@ class ConsoleUI:
             return f"{value:.3g}" if isinstance(value, float) else str(value)
 
         def knob(k: str, v: Mapping[str, Any]) -> str:
-            text = f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]" if "choices" in v else f"{k}={fmt(v['low'])}..{fmt(v['high'])}{' (log)' if v.get('log') else ''}"
+            text = (
+                f"{k}=[{', '.join(fmt(c) for c in v['choices'])}]"
+                if "choices" in v
+                else f"{k}={fmt(v['low'])}..{fmt(v['high'])}{' (log)' if v.get('log') else ''}"
+            )
             if "scaling" in v:
                 text = text.replace("lr=", "lr_multiplier=", 1) + f" (x baseline lr scaled by effective batch, {v['scaling']})"
             return text
@@ -264,15 +271,20 @@ class ConsoleUI:
         render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
         failed = [r for r in rows if r["state"] != "COMPLETE"]
         if failed:
-            self.console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False)
+            self.console.print(
+                f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False
+            )
         for line in frontier_lines(oom_frontier(study)):
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
         if runs and runs[-1].get("overhead_fraction") is not None:
             run = dict(runs[-1])
             # this run = every record of its run id (a staged search's rounds, its confirmation)
-            parts = [r for r in runs if r.get("run_id") == run["run_id"]] if run.get("run_id") else (
-                runs[-2:] if run.get("stage") == "confirm" and len(runs) > 1 else [run])
+            parts = (
+                [r for r in runs if r.get("run_id") == run["run_id"]]
+                if run.get("run_id")
+                else (runs[-2:] if run.get("stage") == "confirm" and len(runs) > 1 else [run])
+            )
             if len(parts) > 1:
                 run["trials"] = sum(r["trials"] for r in parts)
                 run["wall_seconds"] = sum(r["wall_seconds"] for r in parts)
@@ -301,10 +313,13 @@ class ConsoleUI:
                 f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
                 f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
             )
-        for line in (flops_line(recommended), quality_line(recommended, baseline),
-                     *confirmation_lines(confirmation(study, settings), settings.objective)):
-            if line:
-                self.console.print(line, markup=False)
+        for maybe_line in (  # str | None (the loop above binds line: str)
+            flops_line(recommended),
+            quality_line(recommended, baseline),
+            *confirmation_lines(confirmation(study, settings), settings.objective),
+        ):
+            if maybe_line:
+                self.console.print(maybe_line, markup=False)
         advice = input_bound_line(recommended, settings)
         if advice:
             self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
@@ -346,8 +361,15 @@ class LiveUI(ConsoleUI):
         if console is not None:
             self.console = console
         self.progress = Progress(
-            TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn(), console=self.console, auto_refresh=False,
+            TextColumn("trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            auto_refresh=False,
         )
         self.task = None
         self.running: dict[int, dict[str, Any]] = {}
@@ -406,8 +428,10 @@ class LiveUI(ConsoleUI):
             label = f"trial {number}{' (baseline)' if info.get('baseline') else ''}: "
             if config is not None:
                 lr = f"{config.lr:.3g}" if config.lr is not None else "-"
-                label += (f"batch_size={config.batch_size} precision={config.precision} "
-                          f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}")
+                label += (
+                    f"batch_size={config.batch_size} precision={config.precision} "
+                    f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}"
+                )
             preview = read_progress(info.get("path"))
             if preview is None:
                 status = "starting"
@@ -422,22 +446,51 @@ class LiveUI(ConsoleUI):
         from rich.table import Table
 
         table = Table(title="finished trials", title_justify="left", expand=False)
-        for key, label in (("number", "#"), ("batch_size", "batch"), ("precision", "precision"), ("accumulate_grad_batches", "accum"),
-                           ("num_workers", "workers"), ("lr", "lr"), ("samples_per_sec", "samples/s"), ("loss", "loss"), ("status", "status")):
+        for key, label in (
+            ("number", "#"),
+            ("batch_size", "batch"),
+            ("precision", "precision"),
+            ("accumulate_grad_batches", "accum"),
+            ("num_workers", "workers"),
+            ("lr", "lr"),
+            ("samples_per_sec", "samples/s"),
+            ("loss", "loss"),
+            ("status", "status"),
+        ):
             table.add_column(label, justify="left" if key in ("precision", "status") else "right", overflow="fold")
         feasible = [r for r in self.finished if r["state"] == "COMPLETE" and r.get("feasible")]
         best = min(feasible, key=sort_key(self.objective))["number"] if feasible else None
-        for row in self.finished[-self.ROWS:]:
+        for row in self.finished[-self.ROWS :]:
             if row["state"] == "COMPLETE":
-                status = ("best so far" if row["number"] == best else "ok") if row.get("feasible") else (
-                    "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance")
+                status = (
+                    ("best so far" if row["number"] == best else "ok")
+                    if row.get("feasible")
+                    else (
+                        "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance"
+                    )
+                )
                 if row.get("baseline"):
                     status += " (baseline)"
             else:
                 status = f"{row['state']}: {row.get('fail_reason') or ''}"
             style = "bold green" if row["number"] == best else ("red" if row["state"] != "COMPLETE" else None)
-            table.add_row(*(_fmt(k, row.get(k)) for k in ("number", "batch_size", "precision", "accumulate_grad_batches", "num_workers",
-                                                          "lr", "samples_per_sec", "loss")), status, style=style)
+            table.add_row(
+                *(
+                    _fmt(k, row.get(k))
+                    for k in (
+                        "number",
+                        "batch_size",
+                        "precision",
+                        "accumulate_grad_batches",
+                        "num_workers",
+                        "lr",
+                        "samples_per_sec",
+                        "loss",
+                    )
+                ),
+                status,
+                style=style,
+            )
         return table
 
     def __rich__(self):
@@ -447,4 +500,3 @@ class LiveUI(ConsoleUI):
         if self.finished:
             parts.append(self._table())
         return Group(*parts)
-

@@ -16,14 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from autotune.errors import AutotuneError, FailKind, UsageError
 from autotune.rank_report import RankReport, read_rank_reports
 
-__all__ = ["TrialOutcome", "classify", "run_trial_process", "inspect_process", "kill_group", "trial_spec"]
+__all__ = ["TrialOutcome", "classify", "inspect_process", "kill_group", "run_trial_process", "trial_spec"]
 
 #: Lines of a failed trial's log kept on the trial.
 LOG_TAIL_LINES = 20
@@ -140,7 +141,15 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 #: Variables by which Lightning would take a trial for part of a bigger job (SLURM, torchrun, a fixed
 #: rendezvous); a trial's ranks and rendezvous are autotune's to set (see :mod:`autotune.nodes`).
 CLUSTER_VARIABLES = (
-    "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "NODE_RANK", "GROUP_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "SLURM_NTASKS",
+    "TORCHELASTIC_RUN_ID",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 )
 
 
@@ -155,7 +164,9 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], log_path: Path, timeout: float, env: Mapping[str, str], on_start: Any = None) -> tuple[int | None, bool, float, int]:
+def _run(
+    args: list[str], log_path: Path, timeout: float, env: Mapping[str, str], on_start: Any = None
+) -> tuple[int | None, bool, float, int]:
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -241,7 +252,9 @@ def run_trial_process(
         start = time.monotonic()
         if pool is None:
             spec_path.write_text(json.dumps(spec))
-            returncode, timed_out, _, pgid = _run(["run", str(spec_path), str(folder)], log_path, timeout, child_env(trial_env), on_start=on_start)
+            returncode, timed_out, _, pgid = _run(
+                ["run", str(spec_path), str(folder)], log_path, timeout, child_env(trial_env), on_start=on_start
+            )
         else:
             spec["start_method"] = "fork"  # DDP ranks are forked from the warm trial process too
             spec_path.write_text(json.dumps(spec))

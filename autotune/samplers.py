@@ -16,11 +16,12 @@ The sampler is a per-run choice: a resumed study may continue with another one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["SAMPLERS", "make_sampler", "grid_space", "grid_size"]
+__all__ = ["SAMPLERS", "grid_size", "grid_space", "make_sampler"]
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random", "grid")
 
@@ -41,8 +42,10 @@ def grid_space(resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, list]:
         elif knob_type(name, entry) is int and "scaling" not in entry:
             grid[key] = list(range(int(entry["low"]), int(entry["high"]) + 1, int(entry.get("step") or 1)))
         else:
-            raise UsageError(f"--sampler grid: knob {name!r} is a continuous range ({entry['low']}..{entry['high']}); "
-                             f"give it as choices: [...] in the space, or use another --sampler")
+            raise UsageError(
+                f"--sampler grid: knob {name!r} is a continuous range ({entry['low']}..{entry['high']}); "
+                f"give it as choices: [...] in the space, or use another --sampler"
+            )
     return grid
 
 
@@ -111,8 +114,9 @@ def make_sampler(name: str, resolved: Mapping[str, Mapping[str, Any]], seed: int
         if name == "gp":
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
         if name == "cmaes":
-            return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=5, warn_independent_sampling=False,
-                                                independent_sampler=optuna.samplers.RandomSampler(seed=seed))
+            return optuna.samplers.CmaEsSampler(
+                seed=seed, n_startup_trials=5, warn_independent_sampling=False, independent_sampler=optuna.samplers.RandomSampler(seed=seed)
+            )
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "grid":

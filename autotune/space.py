@@ -41,9 +41,10 @@ distributions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -70,28 +71,28 @@ from autotune.space_params import (
 from autotune.space_resolve import baseline_for_space, resolve_space
 
 __all__ = [
-    "KnobSpec",
-    "KNOB_TYPES",
-    "load_space",
-    "parse_space",
-    "resolve_space",
-    "suggest_config",
-    "distributions",
-    "default_space_path",
-    "find_space",
-    "Space",
-    "LR_SCALINGS",
-    "scaled_lr",
-    "EXTENDED_KNOBS",
     "ARG_SECTIONS",
-    "user_arg",
+    "EXTENDED_KNOBS",
+    "KNOB_TYPES",
+    "LR_SCALINGS",
+    "KnobSpec",
+    "Space",
+    "baseline_for_space",
+    "baseline_params",
+    "default_space_path",
+    "distributions",
+    "find_space",
     "knob_type",
     "knob_value",
-    "with_knobs",
-    "baseline_for_space",
+    "load_space",
     "param_name",
     "params_of",
-    "baseline_params",
+    "parse_space",
+    "resolve_space",
+    "scaled_lr",
+    "suggest_config",
+    "user_arg",
+    "with_knobs",
 ]
 
 #: The allowed values of each string (or mixed) knob.
@@ -106,7 +107,7 @@ _CHOICE_KEYS = {"choices"}
 _RANGE_KEYS = {"low", "high", "log", "step", "relative"}
 
 
-class Space(dict):
+class Space(dict[str, "KnobSpec"]):
     """Knob name to :class:`KnobSpec` (a dict), plus the space's options.
 
     Attributes:
@@ -139,7 +140,7 @@ class KnobSpec:
     relative: bool = False
 
 
-def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
+def parse_space(data: Any, source: str = "<space>") -> Space:
     """Validate a parsed space mapping.
 
     Args:
@@ -168,16 +169,20 @@ def parse_space(data: Any, source: str = "<space>") -> dict[str, KnobSpec]:
     for name, spec in data.items():
         space[name] = _parse_knob(name, spec, source)
     if lr_scaling != "none" and "lr" in space and not space["lr"].relative:
-        raise SpaceError(f"{source}: lr_scaling: {lr_scaling} makes lr a multiplier of the scaled baseline lr; "
-                         "give lr as a range with relative: true (e.g. low: 0.5, high: 2.0)")
+        raise SpaceError(
+            f"{source}: lr_scaling: {lr_scaling} makes lr a multiplier of the scaled baseline lr; "
+            "give lr as a range with relative: true (e.g. low: 0.5, high: 2.0)"
+        )
     return space
 
 
 def _parse_knob(name: Any, spec: Any, source: str) -> KnobSpec:
     """One knob of a space file: its name checked, then its ``choices`` or its range."""
     if not isinstance(name, str) or (name not in KNOB_TYPES and user_arg(name) is None):
-        raise SpaceError(f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}, or model.<argument> / "
-                         "data.<argument> for a constructor argument of your LightningModule / LightningDataModule")
+        raise SpaceError(
+            f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}, or model.<argument> / "
+            "data.<argument> for a constructor argument of your LightningModule / LightningDataModule"
+        )
     kind = KNOB_TYPES.get(name, object)
     where = f"{name}"
     if isinstance(spec, list):  # shorthand: `knob: [a, b]` is `knob: {choices: [a, b]}`
@@ -187,9 +192,7 @@ def _parse_knob(name: Any, spec: Any, source: str) -> KnobSpec:
     keys = set(spec)
     unknown = keys - _CHOICE_KEYS - _RANGE_KEYS
     if unknown:
-        raise SpaceError(
-            f"{source}: {where} has unknown key(s) {sorted(unknown)}; allowed: {sorted(_CHOICE_KEYS | _RANGE_KEYS)}"
-        )
+        raise SpaceError(f"{source}: {where} has unknown key(s) {sorted(unknown)}; allowed: {sorted(_CHOICE_KEYS | _RANGE_KEYS)}")
     if "choices" in keys:
         if keys - {"choices"}:
             raise SpaceError(f"{source}: {where} has 'choices' and also {sorted(keys - {'choices'})}; use one form")
@@ -276,7 +279,7 @@ def _check_value(source: str, key: str, name: str, kind: type, value: Any) -> No
         raise SpaceError(f"{source}: {key}: lr must be > 0, got {value!r}")
 
 
-def load_space(path: str | Path) -> dict[str, KnobSpec]:
+def load_space(path: str | Path) -> Space:
     """Read and validate a space YAML file.
 
     Raises:
@@ -323,5 +326,3 @@ def find_space(name_or_path: str | Path) -> Path:
             return candidate
     bundled = sorted({p.stem for d in _spaces_dirs() if d.is_dir() for p in d.glob("*.yaml")})
     raise SpaceError(f"space file {str(name_or_path)!r} does not exist; give a path or one of the bundled spaces {bundled}")
-
-

@@ -11,7 +11,8 @@ Optuna is imported lazily, inside :func:`distributions`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.errors import SpaceError
@@ -25,7 +26,7 @@ from autotune.knobs import (
     with_knobs,
 )
 
-__all__ = ["scaled_lr", "distributions", "suggest_config", "param_name", "params_of", "baseline_params"]
+__all__ = ["baseline_params", "distributions", "param_name", "params_of", "scaled_lr", "suggest_config"]
 
 
 def scaled_lr(base_lr: float, multiplier: float, effective_batch: int, base_effective_batch: int, scaling: str) -> float:
@@ -99,9 +100,12 @@ def suggest_config(trial: Any, resolved: Mapping[str, Mapping[str, Any]], baseli
             values[name] = trial.suggest_float(key, entry["low"], entry["high"], log=entry.get("log", False))
     lr_entry = resolved.get("lr", {})
     if "scaling" in lr_entry:
+        assert baseline.lr is not None, "lr_scaling without a baseline lr"  # resolve_space rejects that space
         multiplier = values.pop("lr")
         config = with_knobs(baseline, values)
-        return config.replace(lr=scaled_lr(baseline.lr, multiplier, config.effective_batch_size, baseline.effective_batch_size, lr_entry["scaling"]))
+        return config.replace(
+            lr=scaled_lr(baseline.lr, multiplier, config.effective_batch_size, baseline.effective_batch_size, lr_entry["scaling"])
+        )
     return with_knobs(baseline, values)
 
 
@@ -110,7 +114,9 @@ def param_name(name: str, entry: Mapping[str, Any]) -> str:
     return "lr_multiplier" if name == "lr" and "scaling" in entry else name
 
 
-def params_of(config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], baseline: TrialConfig, source: str = "<config>") -> dict[str, Any]:
+def params_of(
+    config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], baseline: TrialConfig, source: str = "<config>"
+) -> dict[str, Any]:
     """The Optuna parameters that make :func:`suggest_config` return ``config`` (for ``enqueue_trial``).
 
     Raises:
@@ -123,31 +129,41 @@ def params_of(config: TrialConfig, resolved: Mapping[str, Mapping[str, Any]], ba
             if name in resolved:
                 params[name] = baseline_params({name: resolved[name]}, baseline)[name]
             continue
-        if name == "strategy" and name not in resolved:  # derived from devices (see with_knobs)
-            if config.strategy == with_knobs(baseline.replace(devices=config.devices), {}).strategy:
-                continue
+        if (  # derived from devices (see with_knobs)
+            name == "strategy"
+            and name not in resolved
+            and config.strategy == with_knobs(baseline.replace(devices=config.devices), {}).strategy
+        ):
+            continue
         value = knob_value(config, name)
         if name not in resolved:
             if name in EXTENDED_KNOBS and value is None:
                 continue
             if value != knob_value(baseline, name):
-                raise SpaceError(f"{source}: {name} = {value!r}, but the space does not search {name} (every trial uses "
-                                 f"{knob_value(baseline, name)!r}); add {name} to the space or drop it from the file")
+                raise SpaceError(
+                    f"{source}: {name} = {value!r}, but the space does not search {name} (every trial uses "
+                    f"{knob_value(baseline, name)!r}); add {name} to the space or drop it from the file"
+                )
             continue
         entry = resolved[name]
         key = param_name(name, entry)
         if "scaling" in entry:
+            assert baseline.lr is not None, "lr_scaling without a baseline lr"  # resolve_space rejects that space
             value = value / scaled_lr(baseline.lr, 1.0, config.effective_batch_size, baseline.effective_batch_size, entry["scaling"])
             if "choices" in entry:  # a float multiplier: match a choice up to rounding
                 close = [c for c in entry["choices"] if abs(c - value) <= 1e-9 * max(1.0, abs(c))]
                 value = close[0] if close else value
         if "choices" in entry:
             if value not in entry["choices"]:
-                raise SpaceError(f"{source}: {key} = {value!r} is not one of the space's choices {list(entry['choices'])}; "
-                                 "add it to the space or change the file")
+                raise SpaceError(
+                    f"{source}: {key} = {value!r} is not one of the space's choices {list(entry['choices'])}; "
+                    "add it to the space or change the file"
+                )
         elif not entry["low"] <= value <= entry["high"]:
-            raise SpaceError(f"{source}: {key} = {value!r} is outside the space's range {entry['low']}..{entry['high']}; "
-                             "widen the space or change the file")
+            raise SpaceError(
+                f"{source}: {key} = {value!r} is outside the space's range {entry['low']}..{entry['high']}; "
+                "widen the space or change the file"
+            )
         params[key] = value
     return params
 

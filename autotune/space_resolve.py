@@ -12,8 +12,9 @@ distributions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.config import TrialConfig
 from autotune.errors import SpaceError
@@ -23,7 +24,7 @@ from autotune.knobs import EXTENDED_KNOBS, KNOB_TYPES, knob_value, user_arg
 if TYPE_CHECKING:
     from autotune.space import KnobSpec
 
-__all__ = ["resolve_space", "baseline_for_space"]
+__all__ = ["baseline_for_space", "resolve_space"]
 
 
 def resolve_space(
@@ -125,14 +126,16 @@ def _scaled_lr_entry(spec: KnobSpec | None, lr_scaling: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"choices": [1.0]}
     elif spec.choices is not None:
         entry = {"choices": sorted(set(map(float, spec.choices)) | {1.0})}
-    else:
-        entry = {"low": float(min(spec.low, 1.0)), "high": float(max(spec.high, 1.0)), "log": spec.log}
+    else:  # a range: parse_space checked both bounds are numbers
+        low, high = cast(float, spec.low), cast(float, spec.high)
+        entry = {"low": float(min(low, 1.0)), "high": float(max(high, 1.0)), "log": spec.log}
     return {**entry, "scaling": lr_scaling}
 
 
 def _resolve_choices(name: str, spec: KnobSpec, baseline: TrialConfig, limits: _Limits, notes: list[str]) -> dict[str, Any]:
     """A core knob given as ``choices``, filtered for this machine and data set (notes appended to ``notes``)."""
     base_value = getattr(baseline, name)
+    assert spec.choices is not None, name  # resolve_space sends only choices knobs here
     choices = list(spec.choices)
     if name == "precision":
         removed = limits.removed_precisions
@@ -144,8 +147,10 @@ def _resolve_choices(name: str, spec: KnobSpec, baseline: TrialConfig, limits: _
         per_device = limits.train_samples // baseline.world_size
         fitting = [c for c in choices if c <= per_device]
         if len(fitting) < len(choices):
-            notes.append(f"removed batch sizes {[c for c in choices if c > per_device]}: the training set has "
-                         f"{limits.train_samples} samples ({per_device} per device)")
+            notes.append(
+                f"removed batch sizes {[c for c in choices if c > per_device]}: the training set has "
+                f"{limits.train_samples} samples ({per_device} per device)"
+            )
         choices = fitting
     if name == "num_workers":
         capped = [c for c in choices if c <= limits.worker_cap]
@@ -167,12 +172,14 @@ def _resolve_range(name: str, spec: KnobSpec, baseline: TrialConfig, limits: _Li
         low, high = base_value * low, base_value * high
     if high == "auto":
         high = limits.worker_cap
-    elif name == "num_workers" and high > limits.worker_cap:
+    high = cast(float, high)  # a number from here: parse_space allows no other string than "auto"
+    if name == "num_workers" and high > limits.worker_cap:  # false after "auto" (high is the cap)
         notes.append(f"num_workers capped at {limits.worker_cap} (CPU cores per device), not {high}")
         high = limits.worker_cap
     if name == "batch_size" and limits.train_samples and high > limits.train_samples // baseline.world_size:
-        notes.append(f"batch_size capped at {limits.train_samples // baseline.world_size}: the training set has "
-                     f"{limits.train_samples} samples")
+        notes.append(
+            f"batch_size capped at {limits.train_samples // baseline.world_size}: the training set has {limits.train_samples} samples"
+        )
         high = limits.train_samples // baseline.world_size
     low, high = min(low, base_value), max(high, base_value)
     if KNOB_TYPES[name] is int:
@@ -203,18 +210,24 @@ def _fits(value: Any, kind: str | None) -> bool:
 
 def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Mapping[str, Any], source: str) -> dict[str, Any]:
     """A ``model.<arg>`` / ``data.<arg>`` knob, typed and checked against the constructor's signature."""
-    section, arg = user_arg(name)
+    parts = user_arg(name)
+    assert parts is not None, name  # resolve_space sends only model.<arg> / data.<arg> knobs here
+    section, arg = parts
     signature = (info.get("signature") or {}).get(section)
     owner = "LightningModule" if section == "model" else "LightningDataModule"
     if signature is None:
         raise SpaceError(f"{source}: {name}: the model file has no {owner}; remove {name} from the space")
     knob = ((info.get("knob_args") or {}).get(section) or {}).get(arg)
     if knob is not None:
-        raise SpaceError(f"{source}: {name} is the argument autotune sets for its own knob {knob!r} (it would be overwritten); "
-                         f"search it as {knob}: in the space instead")
+        raise SpaceError(
+            f"{source}: {name} is the argument autotune sets for its own knob {knob!r} (it would be overwritten); "
+            f"search it as {knob}: in the space instead"
+        )
     if arg not in signature and not (info.get("accepts_any") or {}).get(section):
-        raise SpaceError(f"{source}: {name}: {owner} {info.get('class_names', {}).get(section, '')}.__init__ takes no argument {arg!r}; "
-                         f"its arguments: {sorted(signature)}")
+        raise SpaceError(
+            f"{source}: {name}: {owner} {info.get('class_names', {}).get(section, '')}.__init__ takes no argument {arg!r}; "
+            f"its arguments: {sorted(signature)}"
+        )
     kind = (signature.get(arg) or {}).get("type")
     values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
     if kind is None:  # no annotation and no default: the space's own values decide (all of one type)
@@ -222,14 +235,16 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
         kind = kinds.pop() if len(kinds) == 1 and kinds <= set(_ARG_TYPES) else None
     for value in values:
         if not _fits(value, kind):
-            raise SpaceError(f"{source}: {name}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind} "
-                             f"({owner}.__init__ declares {arg}: {kind}); give {kind} values")
+            raise SpaceError(
+                f"{source}: {name}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind} "
+                f"({owner}.__init__ declares {arg}: {kind}); give {kind} values"
+            )
     base_value = knob_value(baseline, name)
     if spec.choices is None:
         if kind not in ("int", "float"):
             raise SpaceError(f"{source}: {name} is a {kind or 'untyped'} argument: give choices: [...], not a range")
         caster = int if kind == "int" else float
-        low, high = caster(spec.low), caster(spec.high)
+        low, high = caster(cast(float, spec.low)), caster(cast(float, spec.high))  # a range: parse_space checked both
         if isinstance(base_value, (int, float)) and not isinstance(base_value, bool):
             low, high = min(low, caster(base_value)), max(high, caster(base_value))
         entry: dict[str, Any] = {"low": low, "high": high, "log": spec.log, "type": kind}
@@ -244,8 +259,9 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
     return {"choices": choices, "type": kind}
 
 
-def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware: Hardware, info: Mapping[str, Any],
-                      explicit: bool, source: str) -> tuple[dict[str, Any] | None, str | None]:
+def _resolve_extended(
+    name: str, spec: KnobSpec, baseline: TrialConfig, hardware: Hardware, info: Mapping[str, Any], explicit: bool, source: str
+) -> tuple[dict[str, Any] | None, str | None]:
     """One knob of the extended space made concrete: ``(entry or None when dropped, note or None)``."""
     base_value = getattr(baseline, name)
     if name == "devices":  # the most this machine holds (the baseline's own count always stays)
@@ -254,7 +270,9 @@ def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware
         low, high = int(min(spec.low, base_value)), int(max(spec.high, base_value))
         if name == "devices":
             high = min(high, most)
-        return ({"choices": [low]} if low == high else {"low": low, "high": high, "log": spec.log, **({"step": spec.step} if spec.step else {})}), None
+        return (
+            {"choices": [low]} if low == high else {"low": low, "high": high, "log": spec.log, **({"step": spec.step} if spec.step else {})}
+        ), None
     choices = list(spec.choices)
     note = None
     if name == "compile":
@@ -271,7 +289,9 @@ def _resolve_extended(name: str, spec: KnobSpec, baseline: TrialConfig, hardware
             base_value = choices[0] if choices else "ddp"
     if name == "pin_memory":
         if info.get("loader") is None and explicit:
-            raise SpaceError(f"{source}: pin_memory: autotune found no torch DataLoader in train_dataloader() to set it on; remove it from the space")
+            raise SpaceError(
+                f"{source}: pin_memory: autotune found no torch DataLoader in train_dataloader() to set it on; remove it from the space"
+            )
         if info.get("loader") is None:
             return None, "dropped 'pin_memory': train_dataloader() returns no torch DataLoader"
         if hardware.accelerator != "gpu" and True in choices:
@@ -315,8 +335,8 @@ def baseline_for_space(baseline: TrialConfig, space: Mapping[str, Any], info: Ma
             changes["channels_last"] = False
         elif name == "float32_matmul_precision" and baseline.float32_matmul_precision is None:
             changes["float32_matmul_precision"] = info.get("float32_matmul_precision") or "highest"
-        elif user_arg(name) is not None and knob_value(baseline, name) is None:
-            section, arg = user_arg(name)
+        elif (parts := user_arg(name)) is not None and knob_value(baseline, name) is None:
+            section, arg = parts
             default = ((info.get("signature") or {}).get(section) or {}).get(arg, {}).get("default")
             if default is not None:
                 changes.setdefault(f"{section}_args", dict(getattr(baseline, f"{section}_args") or {}))[arg] = default

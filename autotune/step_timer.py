@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from autotune.measure import steady_state_start, warmup_batches
 
@@ -100,6 +100,7 @@ class StepTimer:
         Returns:
             Whether this was the last planned batch (the sample budget is spent; the window ends here).
         """
+        assert self._last_end is not None, "batch_end before start"
         self.intervals.append(now - self._last_end)
         self.ends.append(now)
         self.synced.append(synced)

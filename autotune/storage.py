@@ -22,14 +22,15 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
 from autotune.errors import StorageError
 
-__all__ = ["ResilientRDBStorage", "RETRY_SECONDS", "is_transient", "mask_url", "open_storage"]
+__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "is_transient", "mask_url", "open_storage"]
 
 #: Seconds between a running trial's heartbeats, and after which a silent trial is stale
 #: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
@@ -42,12 +43,18 @@ RETRY_SECONDS = 120.0
 #: opens and commits its own session, so it can be retried whole.
 _PRIVATE_CALLS = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
 _NOT_RETRIED = {
-    "upgrade", "get_current_version", "get_head_version", "get_all_versions", "remove_session",
-    "get_heartbeat_interval", "get_failed_trial_callback", "is_heartbeat_enabled",
+    "upgrade",
+    "get_current_version",
+    "get_head_version",
+    "get_all_versions",
+    "remove_session",
+    "get_heartbeat_interval",
+    "get_failed_trial_callback",
+    "is_heartbeat_enabled",
 }
 
 
-def is_transient(error: BaseException) -> bool:
+def is_transient(error: BaseException | None) -> bool:
     """Whether ``error`` (or what Optuna wrapped) is a lost or refused database connection, or a lock."""
     import sqlalchemy.exc as sa
 
@@ -93,8 +100,11 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                     if self._down_since is None:
                         self._down_since = now
                         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                        print(f"warning: {self._label} is unreachable ({first[:160]}); retrying for up to {self._retry_seconds:g} s",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"warning: {self._label} is unreachable ({first[:160]}); retrying for up to {self._retry_seconds:g} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 if now >= deadline:
                     raise
                 time.sleep(min(delay, max(0.0, deadline - now)))
@@ -103,7 +113,11 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
             if self._down_since is not None:
                 with self._outage_lock:
                     if self._down_since is not None:
-                        print(f"{self._label} is reachable again after {time.monotonic() - self._down_since:.1f} s", file=sys.stderr, flush=True)
+                        print(
+                            f"{self._label} is reachable again after {time.monotonic() - self._down_since:.1f} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         self._down_since = None
             return result
 
@@ -123,10 +137,9 @@ for _name in dir(optuna.storages.RDBStorage):
         setattr(ResilientRDBStorage, _name, _wrap(_name, _method))
 
 
-
 def _sqlite_path(url: str) -> Path | None:
     if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
+        return Path(url[len("sqlite:///") :])
     return None
 
 
@@ -149,7 +162,9 @@ def _heartbeat_kwargs() -> dict[str, Any]:
     import optuna
 
     def stale(study, trial) -> None:
-        study.set_user_attr(f"stale_trial_{trial.number}", "stale: its worker stopped sending heartbeats (killed, or its machine lost); retried once")
+        study.set_user_attr(
+            f"stale_trial_{trial.number}", "stale: its worker stopped sending heartbeats (killed, or its machine lost); retried once"
+        )
         optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
 
     return {
@@ -176,7 +191,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     path = _sqlite_path(url)
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
-        raise StorageError(f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db")
+        raise StorageError(
+            f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db"
+        )
     if path is not None:
         if not create and not path.is_file():
             raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
@@ -190,7 +207,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
             raise StorageError(f"storage {url!r}: {str(path.parent)!r} is not a folder")
         engine_kwargs = {"connect_args": {"timeout": 60}}
     elif "://" not in url:
-        raise StorageError(f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db")
+        raise StorageError(
+            f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db"
+        )
     import warnings
 
     masked = mask_url(url)
@@ -200,7 +219,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 from autotune.storage import ResilientRDBStorage
 
-                return ResilientRDBStorage(url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {}))
+                return ResilientRDBStorage(
+                    url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {})
+                )
         except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
             detail = (str(e).splitlines()[0] if str(e) else type(e).__name__).replace(url, masked)
             if "upgrade" in str(e) and "storage" in str(e):
@@ -217,4 +238,3 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
                 continue
             raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
     raise AssertionError("unreachable")
-

@@ -9,18 +9,19 @@ none of their callers imports another's module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
 __all__ = [
     "confirmation_lines",
-    "frontier_lines",
-    "speedup_line",
     "flops_line",
-    "quality_line",
+    "frontier_lines",
     "input_bound_line",
+    "quality_line",
+    "speedup_line",
 ]
 
 
@@ -43,14 +44,18 @@ def confirmation_lines(confirmed: tuple[Any, Any, int] | None, objective: str) -
         return [f"confirmation ({samples} samples per run): no confirmed config is eligible"]
     unit = {"time-to-quality": "s to target", "goodput": "goodput samples/s"}.get(objective, "samples/s")
     g = choice.chosen
-    lines = [f"confirmed: config of trial {g.number}, median of {len(g.values)} runs of {samples} samples: "
-             f"{_num(g.median)} {unit} (spread {_num(g.spread)})"]
+    lines = [
+        f"confirmed: config of trial {g.number}, median of {len(g.values)} runs of {samples} samples: "
+        f"{_num(g.median)} {unit} (spread {_num(g.spread)})"
+    ]
     base = next((x for x in groups if x.baseline), None)
     if base is not None:
         lines[0] += f" vs baseline median {_num(base.median)} (spread {_num(base.spread)})"
     if choice.best is not None and choice.best is not g:
-        lines.append(f"within noise: trial {choice.best.number}'s config has the best median ({_num(choice.best.median)}), but the difference "
-                     f"is within the measured spread; recommending the config closer to the baseline ({g.distance} knob(s) changed)")
+        lines.append(
+            f"within noise: trial {choice.best.number}'s config has the best median ({_num(choice.best.median)}), but the difference "
+            f"is within the measured spread; recommending the config closer to the baseline ({g.distance} knob(s) changed)"
+        )
     elif choice.within_noise:
         lines.append("within noise of it: " + ", ".join(f"trial {x.number} ({_num(x.median)})" for x in choice.within_noise))
     for x, reason in choice.ineligible:
@@ -64,9 +69,12 @@ def frontier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     Args:
         rows: :func:`autotune.study.oom_frontier` rows (settings where some trial ran out of memory).
     """
-    return [f"OOM frontier: {r['precision']}, {r['devices']} device(s), {r['strategy']}{', ' + r['setting'] if r.get('setting') else ''}: "
-            f"per-device batch {'<= ' + str(r['fits_up_to']) + ' fits' if r['fits_up_to'] is not None else 'none known to fit'}, "
-            f">= {r['oom_from']} runs out of memory (not run again)" for r in rows]
+    return [
+        f"OOM frontier: {r['precision']}, {r['devices']} device(s), {r['strategy']}{', ' + r['setting'] if r.get('setting') else ''}: "
+        f"per-device batch {'<= ' + str(r['fits_up_to']) + ' fits' if r['fits_up_to'] is not None else 'none known to fit'}, "
+        f">= {r['oom_from']} runs out of memory (not run again)"
+        for r in rows
+    ]
 
 
 def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any) -> str:
@@ -78,9 +86,11 @@ def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any) -> 
         trial, baseline: Frozen trials with ``samples_per_sec`` user attributes.
     """
     if speed is not None:
-        return (f"measured: median {speed['samples_per_sec']:,.0f} samples/s over {speed['runs']} confirmation runs of the config of "
-                f"trial {speed['trial']} vs the baseline's median {speed['baseline_samples_per_sec']:,.0f} samples/s: speedup "
-                f"{speed['samples_per_sec'] / speed['baseline_samples_per_sec']:.2f}x")
+        return (
+            f"measured: median {speed['samples_per_sec']:,.0f} samples/s over {speed['runs']} confirmation runs of the config of "
+            f"trial {speed['trial']} vs the baseline's median {speed['baseline_samples_per_sec']:,.0f} samples/s: speedup "
+            f"{speed['samples_per_sec'] / speed['baseline_samples_per_sec']:.2f}x"
+        )
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
     return f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
 
@@ -93,8 +103,10 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
     if mine is None:
         return "time to the baseline's training loss: never reached (its curve is not falling)"
     how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
-    return (f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
-            f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster")
+    return (
+        f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}): {mine:.3g} s ({how}) "
+        f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster"
+    )
 
 
 def flops_line(trial: Any) -> str | None:
@@ -103,8 +115,10 @@ def flops_line(trial: Any) -> str | None:
     if not attrs.get("model_flops_per_sec"):
         return None
     mfu = f", MFU {attrs['mfu']:.1%} of the device's peak" if attrs.get("mfu") is not None else ""
-    return (f"model FLOPs: {attrs['flops_per_sample'] / 1e9:.4g} GFLOP per sample (forward + backward), "
-            f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}")
+    return (
+        f"model FLOPs: {attrs['flops_per_sample'] / 1e9:.4g} GFLOP per sample (forward + backward), "
+        f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}"
+    )
 
 
 def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
@@ -112,4 +126,6 @@ def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
     from autotune.objective import input_bound_advice
 
     accelerator = settings.hardware.get("accelerator", "cpu")
-    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator)
+    return input_bound_advice(
+        trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator
+    )

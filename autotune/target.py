@@ -21,21 +21,42 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, cast
 
 from autotune.config import TrialConfig
 from autotune.errors import UsageError
 
-__all__ = ["inspect_model", "run_trial", "main", "trainer_kwargs", "total_batches"]
+__all__ = ["inspect_model", "main", "run_trial", "total_batches", "trainer_kwargs"]
 
 #: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are ignored.
 _OWNED_TRAINER_KEYS = {
-    "accelerator", "devices", "strategy", "num_nodes", "precision", "accumulate_grad_batches",
-    "max_steps", "max_epochs", "min_steps", "min_epochs", "max_time", "limit_train_batches",
-    "limit_val_batches", "num_sanity_val_steps", "val_check_interval", "check_val_every_n_epoch",
-    "callbacks", "logger", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
-    "default_root_dir", "fast_dev_run", "profiler", "plugins",
+    "accelerator",
+    "devices",
+    "strategy",
+    "num_nodes",
+    "precision",
+    "accumulate_grad_batches",
+    "max_steps",
+    "max_epochs",
+    "min_steps",
+    "min_epochs",
+    "max_time",
+    "limit_train_batches",
+    "limit_val_batches",
+    "num_sanity_val_steps",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "callbacks",
+    "logger",
+    "enable_checkpointing",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "default_root_dir",
+    "fast_dev_run",
+    "profiler",
+    "plugins",
 }
 
 
@@ -218,13 +239,18 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
         return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in _init_params(cls).values())
 
     return {
-        "signature": {"model": _signature(model_cls, user_config["model"]),
-                      "data": _signature(data_cls, user_config["data"]) if data_cls else None},
+        "signature": {
+            "model": _signature(model_cls, user_config["model"]),
+            "data": _signature(data_cls, user_config["data"]) if data_cls else None,
+        },
         "accepts_any": {"model": accepts_any(model_cls), "data": bool(data_cls) and accepts_any(data_cls)},
         "class_names": {"model": model_cls.__name__, "data": data_cls.__name__ if data_cls else None},
         "has_conv": any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules()),
-        "loader": ({"pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor}
-                   if isinstance(loader, torch.utils.data.DataLoader) else None),
+        "loader": (
+            {"pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor}
+            if isinstance(loader, torch.utils.data.DataLoader)
+            else None
+        ),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 
@@ -322,7 +348,8 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
     from autotune.measure import TrialFault, classify_exception
     from autotune.rank_report import RankReport, write_rank_report
 
-    result: RankReport = {"rank": _global_rank(), "ok": False}
+    # a failed rank's report: it lacks RankSummary's figures (see RankReport), which only a finished fit has
+    result = cast("RankReport", {"rank": _global_rank(), "ok": False})
     try:
         _quiet()
         import torch
@@ -339,8 +366,11 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
         model_cls, data_cls, user_config = _load(spec)
         if config.model_args or config.data_args:  # searched constructor arguments, the same on every rank
-            user_config = {**user_config, "model": {**user_config.get("model", {}), **(config.model_args or {})},
-                           "data": {**user_config.get("data", {}), **(config.data_args or {})}}
+            user_config = {
+                **user_config,
+                "model": {**user_config.get("model", {}), **(config.model_args or {})},
+                "data": {**user_config.get("data", {}), **(config.data_args or {})},
+            }
         if config.float32_matmul_precision:
             torch.set_float32_matmul_precision(config.float32_matmul_precision)
         pl = lightning_package(model_cls)  # lightning.pytorch or pytorch_lightning, as the model uses
@@ -366,7 +396,9 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         trainer = pl.Trainer(callbacks=[callback], **kwargs)
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)
         if str(trainer.precision) != config.precision:
-            raise TrialFault("precision_not_applied", f"precision not applied: asked for {config.precision!r}, Lightning ran {trainer.precision!r}")
+            raise TrialFault(
+                "precision_not_applied", f"precision not applied: asked for {config.precision!r}, Lightning ran {trainer.precision!r}"
+            )
         if config.compile_mode:
             # Lightning trains a torch.compile'd LightningModule as is (and unwraps it for hooks and checkpoints)
             model = torch.compile(model, mode=None if config.compile_mode == "default" else config.compile_mode)

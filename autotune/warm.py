@@ -28,12 +28,13 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from autotune.errors import AutotuneError
 
-__all__ = ["WarmPool", "zygote_main", "file_digest"]
+__all__ = ["WarmPool", "file_digest", "zygote_main"]
 
 #: Seconds the CLI waits for a zygote to import everything.
 READY_TIMEOUT = 300.0
@@ -74,7 +75,7 @@ class WarmPool:
     def spawn(self) -> None:
         """Start the zygote without waiting (see :meth:`wait_ready`); lets several import at once."""
         self.digest = file_digest(self.model_file)
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the zygote writes to it for its whole life; closed in close()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.warm", self.model_file],
@@ -122,8 +123,10 @@ class WarmPool:
         if not self.alive:
             raise AutotuneError("the warm trial process is not running")
         request = {"spec": spec_path, "out": out_dir, "log": log_path, "env": dict(env)}
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None  # alive, and start() opened stdin=PIPE
+        proc.stdin.write((json.dumps(request) + "\n").encode())
+        proc.stdin.flush()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             message = self._read(timeout=deadline - time.monotonic())
@@ -138,7 +141,7 @@ class WarmPool:
         deadline = time.monotonic() + timeout
         while pid not in self._exits:
             left = deadline - time.monotonic()
-            if left <= 0 or not self.alive and not self._buffer:
+            if left <= 0 or (not self.alive and not self._buffer):
                 break
             self._read(timeout=min(left, 1.0))
         return self._exits.pop(pid, None)
@@ -146,6 +149,7 @@ class WarmPool:
     def _read(self, timeout: float) -> dict[str, Any] | None:
         """Read one message (exit notices are recorded, then the next message is returned)."""
         deadline = time.monotonic() + max(0.0, timeout)
+        assert self.proc is not None and self.proc.stdout is not None, "the warm trial process is closed"  # start() opened stdout=PIPE
         fd = self.proc.stdout.fileno()
         while True:
             while b"\n" in self._buffer:
@@ -180,12 +184,12 @@ class WarmPool:
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
-                stream.close()
+                stream.close()  # type: ignore[union-attr]  # start() opened both with PIPE: never None
             except OSError:
                 pass
         self.proc = None
 
-    def __enter__(self) -> "WarmPool":
+    def __enter__(self) -> WarmPool:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -216,15 +220,15 @@ def _child(request: Mapping[str, Any]) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the trial's stdout for the rest of the process
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         os.environ.update(request["env"])
         sys.argv = [sys.argv[0], "run", request["spec"], request["out"]]
         from autotune.target import run_trial
 
         spec = json.loads(Path(request["spec"]).read_text())
         code = run_trial(spec, Path(request["out"]))
-    except BaseException:  # noqa: BLE001 - the child must always exit here
+    except BaseException:
         import traceback
 
         traceback.print_exc()
@@ -240,9 +244,9 @@ def zygote_main(model_file: str) -> int:
     """Import everything once, then fork a trial child per request (see the module docstring)."""
     start = time.perf_counter()
     import lightning.pytorch  # noqa: F401
-    import torch  # noqa: F401 - preloaded for the children
+    import torch
 
-    from autotune import callback, target  # noqa: F401
+    from autotune import callback, target
     from autotune.loader import load_user_module
 
     target._quiet()
@@ -258,7 +262,7 @@ def zygote_main(model_file: str) -> int:
         out.flush()
 
     send({"ready": True, "preload_seconds": time.perf_counter() - start, "cuda_initialized": bool(torch.cuda.is_initialized())})
-    stdin = sys.stdin.buffer.raw
+    stdin = sys.stdin.buffer.raw  # type: ignore[union-attr]  # a BufferedReader at run time; typeshed says BinaryIO
     buffer = b""
     children: set[int] = set()
     open_input = True

@@ -64,8 +64,9 @@ def _spawn(args, cwd, env=None):
     full = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_STORAGE", "TINY_FAULTS")}
     full.update(ENV)
     full.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], cwd=cwd, env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *map(str, args)], cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _postgres_answers() -> bool:
@@ -117,9 +118,9 @@ def _wait(predicate, timeout: float = 300.0, every: float = 0.2):
 def _running(url: str, number: int | None = None, after: float = 0.0):
     """A RUNNING trial (the given one, if any) whose process group is already stored."""
     for t in _trials(url):
-        if t.state.name == "RUNNING" and t.user_attrs.get("process_group") and (number is None or t.number == number):
-            if t.datetime_start and t.datetime_start.timestamp() >= after:
-                return t
+        started = t.datetime_start is not None and t.datetime_start.timestamp() >= after
+        if t.state.name == "RUNNING" and t.user_attrs.get("process_group") and (number is None or t.number == number) and started:
+            return t
     return None
 
 
@@ -135,8 +136,22 @@ def run_cell(fault: str, kind: str, trials: int, samples: int) -> dict:
 
 
 def _run_cell(fault: str, kind: str, url: str, folder: Path, trials: int, samples: int) -> dict:
-    base = ["search", MODEL, "--trials", trials, "--samples", samples, "--storage", url, "--study-name", "faults",
-            "--out", folder / "best.yaml", "--trial-timeout", 20]
+    base = [
+        "search",
+        MODEL,
+        "--trials",
+        trials,
+        "--samples",
+        samples,
+        "--storage",
+        url,
+        "--study-name",
+        "faults",
+        "--out",
+        folder / "best.yaml",
+        "--trial-timeout",
+        20,
+    ]
     env = {"TINY_FAULTS": f"{FAULTY_TRIAL}:{TINY[fault]}"} if fault in TINY else {}
     injected = None
     codes = []
@@ -150,8 +165,13 @@ def _run_cell(fault: str, kind: str, url: str, folder: Path, trials: int, sample
     if fault == "worker_sigkill":
         _wait(lambda: any(t.user_attrs.get("baseline") and t.state.name == "COMPLETE" for t in _trials(url)))
         worker = _spawn(["worker", "--storage", url, "--study-name", "faults"], folder)
-        _wait(lambda: [t for t in _trials(url) if t.state.name == "RUNNING" and t.user_attrs.get("process_group")
-                       and _group_of(worker.pid, t.user_attrs["process_group"])])
+        _wait(
+            lambda: [
+                t
+                for t in _trials(url)
+                if t.state.name == "RUNNING" and t.user_attrs.get("process_group") and _group_of(worker.pid, t.user_attrs["process_group"])
+            ]
+        )
         time.sleep(0.5)
         injected = time.time()
         worker.kill()
@@ -170,7 +190,7 @@ def _run_cell(fault: str, kind: str, url: str, folder: Path, trials: int, sample
         time.sleep(1.0)
         injected = time.time()
         search.send_signal(signal.SIGINT)
-        out, err = search.communicate(timeout=120)
+        _, err = search.communicate(timeout=120)
         codes.append(("search", search.returncode))
         match = re.search(r"Resume with:\n\s+(.+)", err)
         resume = match.group(1).split() if match else []
@@ -188,20 +208,25 @@ def _run_cell(fault: str, kind: str, url: str, folder: Path, trials: int, sample
                 conn.execute("BEGIN EXCLUSIVE")
                 time.sleep(8.0)
                 conn.rollback()
-    out, err = search.communicate(timeout=900)
+    _out, err = search.communicate(timeout=900)
     codes.append(("search", search.returncode))
     if fault == "db_outage" and kind == "postgresql":
         proxy.close()
     study_trials = _trials(url)
-    retried = [t for t in study_trials if t.state.name == "FAIL" and any(r.system_attrs.get("failed_trial") == t.number for r in study_trials)]
+    retried = [
+        t for t in study_trials if t.state.name == "FAIL" and any(r.system_attrs.get("failed_trial") == t.number for r in study_trials)
+    ]
     terminal = [t for t in study_trials if t.state.name in ("COMPLETE", "FAIL")]
     finished = len(terminal) - len(retried)
     faulty = [t for t in study_trials if t.state.name == "FAIL"]
     if injected is None and faulty:
         injected = faulty[0].datetime_start.timestamp()
     retries = [t for t in study_trials if t.system_attrs.get("failed_trial") is not None and t.state.name == "COMPLETE"]
-    after = [t.datetime_complete.timestamp() for t in (retries or study_trials)  # a retried trial: until its retry completed
-             if t.state.name == "COMPLETE" and injected is not None and t.datetime_complete.timestamp() > injected]
+    after = [
+        t.datetime_complete.timestamp()
+        for t in (retries or study_trials)  # a retried trial: until its retry completed
+        if t.state.name == "COMPLETE" and injected is not None and t.datetime_complete.timestamp() > injected
+    ]
     return {
         "fault": fault,
         "storage": kind,
@@ -245,7 +270,9 @@ def main() -> int:
     if "postgresql" in kinds and not _postgres_answers():
         kinds.remove("postgresql")
         skipped.append("postgresql: no server answers on 127.0.0.1:5432")
-    header = f"{'fault':<15} {'storage':<11} {'expected':>8} {'finished':>8} {'failed':>6} {'lost':>4} {'recover s':>9}  fail kinds / exit codes"
+    header = (
+        f"{'fault':<15} {'storage':<11} {'expected':>8} {'finished':>8} {'failed':>6} {'lost':>4} {'recover s':>9}  fail kinds / exit codes"
+    )
     print(header)
     print("-" * len(header))
     for fault in faults:
@@ -256,8 +283,11 @@ def main() -> int:
             rows.append(row)
             recover = "-" if row["recover_seconds"] is None else f"{row['recover_seconds']:.1f}"
             codes = ",".join(f"{who}={code}" for who, code in row["exit_codes"])
-            print(f"{fault:<15} {kind:<11} {row['expected']:>8} {row['finished']:>8} {row['failed']:>6} {row['lost']:>4} {recover:>9}  "
-                  f"{','.join(row['fail_kinds']) or '-'} / {codes}", flush=True)
+            print(
+                f"{fault:<15} {kind:<11} {row['expected']:>8} {row['finished']:>8} {row['failed']:>6} {row['lost']:>4} {recover:>9}  "
+                f"{','.join(row['fail_kinds']) or '-'} / {codes}",
+                flush=True,
+            )
     for note in skipped:
         print(f"skipped {note}")
     out = ROOT / "benchmarks" / "results" / "fault_matrix.json"

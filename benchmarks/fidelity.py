@@ -60,9 +60,32 @@ def search(folder: Path, model: Path, name: str, objective: str, trials: int, sa
     db = folder / f"{name}.db"
     out = folder / f"{name}.yaml"
     start = time.monotonic()
-    _run([sys.executable, "-m", "autotune", "search", str(model), "--objective", objective, "--trials", str(trials),
-          "--samples", str(samples), "--confirm", str(confirm), "--storage", f"sqlite:///{db}", "--study-name", name,
-          "--out", str(out), "--quiet", *extra], folder)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "search",
+            str(model),
+            "--objective",
+            objective,
+            "--trials",
+            str(trials),
+            "--samples",
+            str(samples),
+            "--confirm",
+            str(confirm),
+            "--storage",
+            f"sqlite:///{db}",
+            "--study-name",
+            name,
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ],
+        folder,
+    )
     seconds = time.monotonic() - start
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings = load_study(name, f"sqlite:///{db}")
@@ -71,11 +94,17 @@ def search(folder: Path, model: Path, name: str, objective: str, trials: int, sa
     export_study(study, settings, baseline, baseline, base_yaml, f"sqlite:///{db}")
     attrs = recommended.user_attrs
     return {
-        "study": name, "objective": objective, "search_seconds": seconds, "trials": len(study.trials),
-        "recommended_trial": recommended.number, "config": attrs["config"],
-        "tuner_samples_per_sec": attrs["samples_per_sec"], "baseline_samples_per_sec": baseline.user_attrs["samples_per_sec"],
+        "study": name,
+        "objective": objective,
+        "search_seconds": seconds,
+        "trials": len(study.trials),
+        "recommended_trial": recommended.number,
+        "config": attrs["config"],
+        "tuner_samples_per_sec": attrs["samples_per_sec"],
+        "baseline_samples_per_sec": baseline.user_attrs["samples_per_sec"],
         "budget": int(attrs.get("confirm_samples") or settings.samples),
-        "yaml": str(out), "baseline_yaml": str(base_yaml),
+        "yaml": str(out),
+        "baseline_yaml": str(base_yaml),
     }
 
 
@@ -94,12 +123,37 @@ def repeatability(folder: Path, model: Path, name: str, samples: int, repeats: i
     space = folder / f"{name}.space.yaml"
     space.write_text("num_workers: {choices: [0]}\n")  # the baseline's own value: every trial runs the same config
     db = folder / f"{name}.db"
-    _run([sys.executable, "-m", "autotune", "search", str(model), "--trials", str(repeats), "--samples", str(samples), "--space", str(space),
-          "--confirm", "0", "--storage", f"sqlite:///{db}", "--study-name", name, "--quiet"], folder)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "search",
+            str(model),
+            "--trials",
+            str(repeats),
+            "--samples",
+            str(samples),
+            "--space",
+            str(space),
+            "--confirm",
+            "0",
+            "--storage",
+            f"sqlite:///{db}",
+            "--study-name",
+            name,
+            "--quiet",
+        ],
+        folder,
+    )
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
     values = [t.user_attrs["samples_per_sec"] for t in study.trials if t.state.name == "COMPLETE"]
-    return {"runs": len(values), "samples_per_sec": values, "mean": statistics.fmean(values),
-            "cv": statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan")}
+    return {
+        "runs": len(values),
+        "samples_per_sec": values,
+        "mean": statistics.fmean(values),
+        "cv": statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan"),
+    }
 
 
 def bench_example(folder: Path, example: str, trials: int, confirm: int, full: int, quick: bool) -> dict:
@@ -107,7 +161,10 @@ def bench_example(folder: Path, example: str, trials: int, confirm: int, full: i
     print(f"[{example}] searches ({', '.join(OBJECTIVES)}) ...", flush=True)
     searches = {o: search(folder, model, f"{example}-{o}", o, trials, samples, confirm) for o in OBJECTIVES}
     for o, s in searches.items():
-        print(f"  {o}: trial {s['recommended_trial']} {s['config']} {s['tuner_samples_per_sec']:,.0f} samples/s ({s['search_seconds']:.0f} s)", flush=True)
+        print(
+            f"  {o}: trial {s['recommended_trial']} {s['config']} {s['tuner_samples_per_sec']:,.0f} samples/s ({s['search_seconds']:.0f} s)",
+            flush=True,
+        )
 
     print(f"[{example}] reproduction (3 standalone runs per recommended config) ...", flush=True)
     for s in searches.values():
@@ -133,30 +190,38 @@ def bench_example(folder: Path, example: str, trials: int, confirm: int, full: i
 
     base_seconds, base_runs = to_target(base_yaml)
     speed = {"target_loss": target, "full_samples": full_samples, "baseline_seconds": base_seconds, "baseline_runs": base_runs}
-    for o, s in searches.items():
+    for s in searches.values():
         s["seconds_to_target"], s["seconds_to_target_runs"] = to_target(s["yaml"])
         s["real_speedup"] = base_seconds / s["seconds_to_target"] if s["seconds_to_target"] and base_seconds else None
     return {"example": example, "search_samples": samples, "searches": searches, "repeatability": repeat, "time_to_target": speed}
 
 
 def print_table(results: list[dict]) -> None:
-    header = (f"{'example':8} {'objective':16} {'config (batch, precision, accum, workers, lr)':48} {'tuner sps':>10} "
-              f"{'standalone':>10} {'ratio':>6} {'s to target':>11} {'speedup':>8}")
+    header = (
+        f"{'example':8} {'objective':16} {'config (batch, precision, accum, workers, lr)':48} {'tuner sps':>10} "
+        f"{'standalone':>10} {'ratio':>6} {'s to target':>11} {'speedup':>8}"
+    )
     print("\n" + header + "\n" + "-" * len(header))
     for r in results:
         speed = r["time_to_target"]
         base = speed["baseline_seconds"]
-        print(f"{r['example']:8} {'baseline':16} {'':48} {'':>10} {'':>10} {'':>6} {base if base is not None else float('nan'):>11.2f} {'1.00x':>8}")
+        print(
+            f"{r['example']:8} {'baseline':16} {'':48} {'':>10} {'':>10} {'':>6} {base if base is not None else float('nan'):>11.2f} {'1.00x':>8}"
+        )
         for o, s in r["searches"].items():
             c = s["config"]
             desc = f"{c['batch_size']}, {c['precision']}, {c['accumulate_grad_batches']}, {c['num_workers']}, {c['lr']:.3g}"
             tt = s["seconds_to_target"]
             sp = f"{s['real_speedup']:.2f}x" if s["real_speedup"] else "never"
-            print(f"{r['example']:8} {o:16} {desc:48} {s['tuner_samples_per_sec']:>10,.0f} {statistics.median(s['standalone_samples_per_sec']):>10,.0f} "
-                  f"{s['reproduction_ratio']:>6.3f} {tt if tt is not None else float('nan'):>11.2f} {sp:>8}")
+            print(
+                f"{r['example']:8} {o:16} {desc:48} {s['tuner_samples_per_sec']:>10,.0f} {statistics.median(s['standalone_samples_per_sec']):>10,.0f} "
+                f"{s['reproduction_ratio']:>6.3f} {tt if tt is not None else float('nan'):>11.2f} {sp:>8}"
+            )
         rep = r["repeatability"]
-        print(f"{r['example']:8} repeatability: {rep['runs']} tuner runs of the baseline, mean {rep['mean']:,.0f} samples/s, CV {rep['cv']:.1%}; "
-              f"target loss {speed['target_loss']:.4g} (baseline after {speed['full_samples']} samples)")
+        print(
+            f"{r['example']:8} repeatability: {rep['runs']} tuner runs of the baseline, mean {rep['mean']:,.0f} samples/s, CV {rep['cv']:.1%}; "
+            f"target loss {speed['target_loss']:.4g} (baseline after {speed['full_samples']} samples)"
+        )
 
 
 def main() -> int:
@@ -176,7 +241,9 @@ def main() -> int:
     print_table(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "trials": trials, "confirm": confirm, "results": results}, indent=2, default=str))
+    out.write_text(
+        json.dumps({"machine": platform.platform(), "trials": trials, "confirm": confirm, "results": results}, indent=2, default=str)
+    )
     print(f"written to {out}")
     return 0
 

@@ -40,8 +40,25 @@ def run_study(folder: Path, name: str, trials: int, samples: int, extra: list[st
     import optuna
 
     db = folder / f"{name}.db"
-    cmd = [sys.executable, "-m", "autotune", "search", str(MODEL), "--trials", str(trials), "--samples", str(samples),
-           "--storage", f"sqlite:///{db}", "--study-name", name, "--out", str(folder / f"{name}.yaml"), "--quiet", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "search",
+        str(MODEL),
+        "--trials",
+        str(trials),
+        "--samples",
+        str(samples),
+        "--storage",
+        f"sqlite:///{db}",
+        "--study-name",
+        name,
+        "--out",
+        str(folder / f"{name}.yaml"),
+        "--quiet",
+        *extra,
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
     command_seconds = time.monotonic() - start
@@ -95,9 +112,13 @@ def main() -> int:
     header = f"{'case':34} {'trials':>6} {'launch s (median)':>18} {'train s (median)':>17} {'study overhead':>15} {'trial overhead':>15}"
     print("\n" + header + "\n" + "-" * len(header))
     for r in rows:
-        print(f"{r['case']:34} {r['trials']:>6} {r['median_startup_seconds']:>18.3f} {r['median_training_seconds']:>17.2f} "
-              f"{r['study_overhead_fraction']:>14.1%} {r['trial_overhead_fraction']:>14.1%}")
-    print(f"\nlaunch overhead, cold / warm: {ratios['single_device_cold_over_warm']:.1f}x (1 device), {ratios['ddp_cold_over_warm']:.1f}x (2-rank DDP)")
+        print(
+            f"{r['case']:34} {r['trials']:>6} {r['median_startup_seconds']:>18.3f} {r['median_training_seconds']:>17.2f} "
+            f"{r['study_overhead_fraction']:>14.1%} {r['trial_overhead_fraction']:>14.1%}"
+        )
+    print(
+        f"\nlaunch overhead, cold / warm: {ratios['single_device_cold_over_warm']:.1f}x (1 device), {ratios['ddp_cold_over_warm']:.1f}x (2-rank DDP)"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     import platform

@@ -73,8 +73,10 @@ def space_yaml(lr: float) -> str:
     Larger batches need a larger lr to reach the baseline's loss in the same samples, so the lrs go up
     from the model's own (1x, 3x, 10x)."""
     lrs = [round(lr * f, 10) for f in (1.0, 3.0, 10.0)]
-    return (f"batch_size: {{choices: [32, 64, 128, 256]}}\nprecision: {{choices: ['32-true', 'bf16-mixed']}}\n"
-            f"accumulate_grad_batches: {{choices: [1, 2]}}\nnum_workers: {{choices: [0, 1]}}\nlr: {{choices: {lrs}}}\n")
+    return (
+        f"batch_size: {{choices: [32, 64, 128, 256]}}\nprecision: {{choices: ['32-true', 'bf16-mixed']}}\n"
+        f"accumulate_grad_batches: {{choices: [1, 2]}}\nnum_workers: {{choices: [0, 1]}}\nlr: {{choices: {lrs}}}\n"
+    )
 
 
 def key_of(spec) -> str:
@@ -84,8 +86,13 @@ def key_of(spec) -> str:
 
 def _entry(outcome) -> dict:
     """The cache entry of a measured :class:`autotune.runner.TrialOutcome`."""
-    return {"ok": outcome.ok, "fail_kind": outcome.fail_kind, "fail_reason": outcome.fail_reason,
-            "ranks": outcome.ranks, "wall_seconds": outcome.wall_seconds}
+    return {
+        "ok": outcome.ok,
+        "fail_kind": outcome.fail_kind,
+        "fail_reason": outcome.fail_reason,
+        "ranks": outcome.ranks,
+        "wall_seconds": outcome.wall_seconds,
+    }
 
 
 def _outcome(entry: dict):
@@ -93,9 +100,14 @@ def _outcome(entry: dict):
     from autotune.runner import TrialOutcome
 
     now = time.time()
-    return TrialOutcome(ok=entry["ok"], fail_kind=entry["fail_kind"], fail_reason=entry["fail_reason"],
-                        ranks=copy.deepcopy(entry["ranks"]), wall_seconds=entry["wall_seconds"],
-                        timing={"launch_time": now - entry["wall_seconds"], "exit_time": now})
+    return TrialOutcome(
+        ok=entry["ok"],
+        fail_kind=entry["fail_kind"],
+        fail_reason=entry["fail_reason"],
+        ranks=copy.deepcopy(entry["ranks"]),
+        wall_seconds=entry["wall_seconds"],
+        timing={"launch_time": now - entry["wall_seconds"], "exit_time": now},
+    )
 
 
 class Replay:
@@ -143,9 +155,21 @@ def _search(folder: Path, model: Path, name: str, samples: int, space: Path, tri
     from autotune.report import ConsoleUI
     from autotune.study import SearchOptions, load_study, run_search
 
-    opts = SearchOptions(model_file=str(model), trials=trials, samples=samples, space_file=str(space), storage=f"sqlite:///{folder / name}.db",
-                         study_name=name, seed=seed, search=search, sampler=sampler, confirm=0, pruner="none", cold=cold,
-                         out=str(folder / f"{name}.yaml"))
+    opts = SearchOptions(
+        model_file=str(model),
+        trials=trials,
+        samples=samples,
+        space_file=str(space),
+        storage=f"sqlite:///{folder / name}.db",
+        study_name=name,
+        seed=seed,
+        search=search,
+        sampler=sampler,
+        confirm=0,
+        pruner="none",
+        cold=cold,
+        out=str(folder / f"{name}.yaml"),
+    )
     run_search(opts, ConsoleUI(quiet=True))
     return load_study(name, f"sqlite:///{folder / name}.db")
 
@@ -199,30 +223,45 @@ def score_table(example: str, cache: dict) -> dict:
         sps, loss = _figures(cache["trials"][key])
         scores[key] = sps if _feasible(sps, loss, base_loss) else 0.0
     best = max(scores.values())
-    return {"scores": scores, "optimum": best, "baseline_loss": base_loss, "baseline_sps": base_sps,
-            "optimum_config": json.loads(max(scores, key=scores.get))[0],
-            "grid_seconds": sum(cache["trials"][k]["wall_seconds"] for k in cache["grid"][example]),
-            "near_optimal_configs": sum(1 for v in scores.values() if v >= 0.95 * best)}
+    return {
+        "scores": scores,
+        "optimum": best,
+        "baseline_loss": base_loss,
+        "baseline_sps": base_sps,
+        "optimum_config": json.loads(max(scores, key=scores.get))[0],
+        "grid_seconds": sum(cache["trials"][k]["wall_seconds"] for k in cache["grid"][example]),
+        "near_optimal_configs": sum(1 for v in scores.values() if v >= 0.95 * best),
+    }
 
 
 def replay(example: str, method: str, seed: int, trials: int, cache: dict, save, table: dict, folder: Path, budget: float, pool) -> dict:
     """One search of ``method`` with replayed trials; its trajectory against the ground truth."""
     import autotune.runner as runner
 
-    model, samples, lr = EXAMPLES[example]
+    model, samples, _lr = EXAMPLES[example]
     search, sampler = METHODS[method]
     real = runner.run_trial_process
     fake = Replay(cache["trials"], real, save, pool)
     runner.run_trial_process = fake
     try:
-        study, _ = _search(folder, model, f"{example}-{method.replace(' ', '-')}-{seed}", samples, folder / f"{example}.space.yaml",
-                           trials, seed, search, sampler, cold=True)
+        study, _ = _search(
+            folder,
+            model,
+            f"{example}-{method.replace(' ', '-')}-{seed}",
+            samples,
+            folder / f"{example}.space.yaml",
+            trials,
+            seed,
+            search,
+            sampler,
+            cold=True,
+        )
     finally:
         runner.run_trial_process = real
     optimum = table["optimum"]
     ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
     best, reached = 0.0, {}
-    for i, (t, (end, key)) in enumerate(zip(ran, fake.ends), start=1):
+    for i, (t, (end, _key)) in enumerate(zip(ran, fake.ends), start=1):
         if end > budget:
             break
         if t.user_attrs.get("stage") == "system" or not t.user_attrs.get("feasible") or t.state.name != "COMPLETE":
@@ -231,14 +270,20 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
         for level in LEVELS:
             if level not in reached and best >= level / 100 * optimum:
                 reached[level] = (i, end)
-    run = {"method": method, "seed": seed, "best_percent": 100.0 * best / optimum, "trials_run": len(ran),
-           "seconds_run": fake.ends[-1][0] if fake.ends else 0.0, "measured_now": fake.measured_now}
+    run = {
+        "method": method,
+        "seed": seed,
+        "best_percent": 100.0 * best / optimum,
+        "trials_run": len(ran),
+        "seconds_run": fake.ends[-1][0] if fake.ends else 0.0,
+        "measured_now": fake.measured_now,
+    }
     for level in LEVELS:
         run[f"trials_to_{level}"], run[f"seconds_to_{level}"] = reached.get(level, (None, None))
     return run
 
 
-TUNER_CHILD = r'''
+TUNER_CHILD = r"""
 import json, sys, time
 import lightning as L
 from lightning.pytorch.tuner import Tuner
@@ -256,7 +301,7 @@ print(json.dumps({"batch_size": int(batch), "scale_seconds": time.monotonic() - 
                   "train_samples": len(data.train_dataloader().dataset)}), flush=True)
 finder = tuner.lr_find(model, datamodule=data)
 print(json.dumps({"lr": float(finder.suggestion()), "seconds": time.monotonic() - start}), flush=True)
-'''
+"""
 
 
 def _run_tuner(spec: dict, folder: Path, timeout: float) -> dict:
@@ -265,8 +310,14 @@ def _run_tuner(spec: dict, folder: Path, timeout: float) -> dict:
     import os
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", TUNER_CHILD, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=folder, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TUNER_CHILD, json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=folder,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         finished = True
@@ -291,8 +342,13 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
     scored at the best of them: an upper bound on the Tuner's score, at a cost of ``timeout`` s."""
     from autotune.runner import run_trial_process, trial_spec
 
-    spec = {"model_file": settings.model_file, "model_class": settings.model_class, "data_class": settings.data_class,
-            "seed": seed, "root": str(folder / "tuner")}
+    spec = {
+        "model_file": settings.model_file,
+        "model_class": settings.model_class,
+        "data_class": settings.data_class,
+        "seed": seed,
+        "root": str(folder / "tuner"),
+    }
     found = cache.setdefault("tuner", {}).get(f"{example}/{seed}")
     if found is None or (found.get("lr") is None and found.get("seconds", 0) < timeout):  # once per example and seed (cached)
         found = _run_tuner(spec, folder, timeout)
@@ -305,8 +361,14 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
     for tuner_lr in lrs:
         # power scaling stops at the first batch size that fails or passes the training set; a batch
         # larger than the training set trains with the whole set per step, which is what is scored
-        config = {**settings.baseline_config, "batch_size": min(found["batch_size"], found["train_samples"]),
-                  "lr": tuner_lr, "precision": "32-true", "num_workers": 0, "accumulate_grad_batches": 1}
+        config = {
+            **settings.baseline_config,
+            "batch_size": min(found["batch_size"], found["train_samples"]),
+            "lr": tuner_lr,
+            "precision": "32-true",
+            "num_workers": 0,
+            "accumulate_grad_batches": 1,
+        }
         spec = trial_spec(settings.to_dict(), config, settings.samples, settings.seed)
         train(spec, timeout=900.0, trial_number=0, expected_ranks=1, devices=1)
         entry = cache["trials"][key_of(spec)]
@@ -315,9 +377,20 @@ def lightning_tuner(example: str, seed: int, cache: dict, save, table: dict, fol
         tried.append((sps if feasible else 0.0, -loss, tuner_lr, sps, loss, feasible, entry["wall_seconds"]))
     score, _, tuner_lr, sps, loss, feasible, wall = max(tried)  # the best score; among equal ones, the lowest loss
     seconds = found["seconds"] + wall
-    run = {"method": "lightning tuner", "seed": seed, "best_percent": 100.0 * score / table["optimum"], "trials_run": 1, "seconds_run": seconds,
-           "tuner_batch_size": found["batch_size"], "tuner_lr": tuner_lr, "lr_find_finished": found.get("lr_find_finished", True),
-           "tuner_seconds": found["seconds"], "samples_per_sec": sps, "loss": loss, "feasible": feasible}
+    run = {
+        "method": "lightning tuner",
+        "seed": seed,
+        "best_percent": 100.0 * score / table["optimum"],
+        "trials_run": 1,
+        "seconds_run": seconds,
+        "tuner_batch_size": found["batch_size"],
+        "tuner_lr": tuner_lr,
+        "lr_find_finished": found.get("lr_find_finished", True),
+        "tuner_seconds": found["seconds"],
+        "samples_per_sec": sps,
+        "loss": loss,
+        "feasible": feasible,
+    }
     for level in LEVELS:
         hit = score >= level / 100 * table["optimum"]
         run[f"trials_to_{level}"], run[f"seconds_to_{level}"] = (1, seconds) if hit else (None, None)
@@ -346,8 +419,13 @@ def main(argv=None) -> int:
     parser.add_argument("--trials", type=int, default=96, help="trials each search may run (the budget usually ends it first)")
     parser.add_argument("--budget", type=float, default=1.0, help="wall-clock budget, a fraction of the grid's total seconds")
     parser.add_argument("--tuner-seeds", type=int, default=None, help="Lightning Tuner runs per example (default: --seeds)")
-    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
-                        help="searches to replay (default: all; none with a bare --methods)")
+    parser.add_argument(
+        "--methods",
+        nargs="*",
+        default=list(METHODS),
+        choices=list(METHODS),
+        help="searches to replay (default: all; none with a bare --methods)",
+    )
     parser.add_argument("--tuner-timeout", type=float, default=600.0, help="seconds Lightning's Tuner may take (see lightning_tuner)")
     parser.add_argument("--quick", action="store_true", help="digits only, 2 seeds")
     parser.add_argument("--out", default=str(RESULTS / "search_efficiency.json"))
@@ -366,16 +444,24 @@ def main(argv=None) -> int:
     def save() -> None:
         cache_path.write_text(json.dumps(cache))
 
-    results: dict = {"machine": platform.platform(), "python": sys.version.split()[0], "seeds": args.seeds, "budget_fraction": args.budget,
-                     "examples": {}}
+    results: dict = {
+        "machine": platform.platform(),
+        "python": sys.version.split()[0],
+        "seeds": args.seeds,
+        "budget_fraction": args.budget,
+        "examples": {},
+    }
     rows = []
     with tempfile.TemporaryDirectory(prefix="autotune-search-efficiency-") as tmp:
         folder = Path(tmp)
         for example in args.examples:
             table = truth(example, cache, save, folder)
             budget = args.budget * table["grid_seconds"]
-            print(f"{example}: optimum {table['optimum']:.0f} samples/s {table['optimum_config']}, "
-                  f"{table['near_optimal_configs']} of 96 configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s", flush=True)
+            print(
+                f"{example}: optimum {table['optimum']:.0f} samples/s {table['optimum_config']}, "
+                f"{table['near_optimal_configs']} of 96 configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s",
+                flush=True,
+            )
             runs = []
             from autotune.runner import child_env
             from autotune.warm import WarmPool
@@ -386,21 +472,34 @@ def main(argv=None) -> int:
                 for seed in range(args.seeds):
                     run = replay(example, method, seed, args.trials, cache, save, table, folder, budget, pool)
                     runs.append(run)
-                    print(f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; " + "; ".join(
-                        f"{level}% after {run[f'trials_to_{level}']} trials, {run[f'seconds_to_{level}'] and round(run[f'seconds_to_{level}'])} s"
-                        for level in LEVELS), flush=True)
+                    print(
+                        f"  {method} seed {seed}: {run['best_percent']:.1f}% of optimum; "
+                        + "; ".join(
+                            f"{level}% after {run[f'trials_to_{level}']} trials, {run[f'seconds_to_{level}'] and round(run[f'seconds_to_{level}'])} s"
+                            for level in LEVELS
+                        ),
+                        flush=True,
+                    )
             pool.close()
             from autotune.study import load_study
 
-            _, settings = load_study(f"{example}-truth", f"sqlite:///{folder / example}-truth.db") if (folder / f"{example}-truth.db").exists() \
+            _, settings = (
+                load_study(f"{example}-truth", f"sqlite:///{folder / example}-truth.db")
+                if (folder / f"{example}-truth.db").exists()
                 else (None, _settings_for(example, folder))
+            )
             for seed in range(args.tuner_seeds if args.tuner_seeds is not None else args.seeds):
                 run = lightning_tuner(example, seed, cache, save, table, folder, settings, args.tuner_timeout)
                 runs.append(run)
-                lr_note = "" if run["lr_find_finished"] else f" (lr_find unfinished after {args.tuner_timeout:.0f} s; the best of the grid's lrs)"
-                print(f"  lightning tuner seed {seed}: batch {run['tuner_batch_size']}, lr {run['tuner_lr']:.3g}{lr_note} "
-                      f"({run['tuner_seconds']:.0f} s): {run['best_percent']:.1f}% of optimum, {run['samples_per_sec']:.0f} samples/s, "
-                      f"loss {run['loss']:.3g}", flush=True)
+                lr_note = (
+                    "" if run["lr_find_finished"] else f" (lr_find unfinished after {args.tuner_timeout:.0f} s; the best of the grid's lrs)"
+                )
+                print(
+                    f"  lightning tuner seed {seed}: batch {run['tuner_batch_size']}, lr {run['tuner_lr']:.3g}{lr_note} "
+                    f"({run['tuner_seconds']:.0f} s): {run['best_percent']:.1f}% of optimum, {run['samples_per_sec']:.0f} samples/s, "
+                    f"loss {run['loss']:.3g}",
+                    flush=True,
+                )
             summary = {}
             for method in [*args.methods, "lightning tuner"]:
                 mine = [r for r in runs if r["method"] == method]
@@ -410,19 +509,29 @@ def main(argv=None) -> int:
                 for level in LEVELS:
                     # the median over seeds, a seed that never reached the level counting as beyond the budget
                     reached = [r for r in mine if r[f"seconds_to_{level}"] is not None]
-                    summary[method].update({
-                        f"trials_to_{level}": _median_to_reach([r[f"trials_to_{level}"] for r in mine]),
-                        f"seconds_to_{level}": _median_to_reach([r[f"seconds_to_{level}"] for r in mine]),
-                        f"reached_{level}": f"{len(reached)}/{len(mine)}",
-                    })
+                    summary[method].update(
+                        {
+                            f"trials_to_{level}": _median_to_reach([r[f"trials_to_{level}"] for r in mine]),
+                            f"seconds_to_{level}": _median_to_reach([r[f"seconds_to_{level}"] for r in mine]),
+                            f"reached_{level}": f"{len(reached)}/{len(mine)}",
+                        }
+                    )
                 rows.append((example, method, summary[method]))
-            results["examples"][example] = {"optimum_samples_per_sec": table["optimum"], "optimum_config": table["optimum_config"],
-                                            "near_optimal_configs": table["near_optimal_configs"], "grid_seconds": table["grid_seconds"],
-                                            "budget_seconds": budget, "baseline_samples_per_sec": table["baseline_sps"],
-                                            "summary": summary, "runs": runs}
+            results["examples"][example] = {
+                "optimum_samples_per_sec": table["optimum"],
+                "optimum_config": table["optimum_config"],
+                "near_optimal_configs": table["near_optimal_configs"],
+                "grid_seconds": table["grid_seconds"],
+                "budget_seconds": budget,
+                "baseline_samples_per_sec": table["baseline_sps"],
+                "summary": summary,
+                "runs": runs,
+            }
     print()
-    print(f"{'example':8} {'method':16} {'best % of optimum':>18}" + "".join(
-        f" {f'reached {level}%':>12} {f'trials to {level}%':>14} {f'seconds to {level}%':>15}" for level in LEVELS))
+    print(
+        f"{'example':8} {'method':16} {'best % of optimum':>18}"
+        + "".join(f" {f'reached {level}%':>12} {f'trials to {level}%':>14} {f'seconds to {level}%':>15}" for level in LEVELS)
+    )
     for example, method, s in rows:
         cells = ""
         for level in LEVELS:
@@ -443,7 +552,7 @@ def _settings_for(example: str, folder: Path) -> Any:
     from autotune.study import SearchOptions
     from autotune.study.settings import _create_settings
 
-    model, samples, lr = EXAMPLES[example]
+    model, samples, _lr = EXAMPLES[example]
     opts = SearchOptions(model_file=str(model), samples=samples, space_file=str(folder / f"{example}.space.yaml"), study_name=example)
     return _create_settings(opts, model, example, ConsoleUI(quiet=True))
 

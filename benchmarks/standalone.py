@@ -114,9 +114,27 @@ def main() -> int:
     LightningCLI(
         model_cls,
         data_cls,
-        args=["fit", "--config", str(args.config), "--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",
-              "--trainer.limit_val_batches", "0", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
-              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--seed_everything", str(args.seed)],
+        args=[
+            "fit",
+            "--config",
+            str(args.config),
+            "--trainer.max_steps",
+            str(steps),
+            "--trainer.max_epochs",
+            "-1",
+            "--trainer.limit_val_batches",
+            "0",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            "--seed_everything",
+            str(args.seed),
+        ],
         trainer_defaults={"callbacks": [timing]},
         save_config_callback=None,
     )
@@ -125,11 +143,20 @@ def main() -> int:
     cut = len(timing.ends) // 10
     if len(timing.ends) - cut >= 2:
         seconds = timing.ends[-1] - timing.ends[cut]
-        sps = sum(timing.sizes[cut + 1:]) / seconds
+        sps = sum(timing.sizes[cut + 1 :]) / seconds
     else:
         sps = math.nan
-    print(json.dumps({"samples_per_sec": sps, "samples": timing.seen, "seconds_to_target": timing.reached,
-                      "loss_curve_tail": timing.smoothed, "steps": len(timing.ends) // accumulate}))
+    print(
+        json.dumps(
+            {
+                "samples_per_sec": sps,
+                "samples": timing.seen,
+                "seconds_to_target": timing.reached,
+                "loss_curve_tail": timing.smoothed,
+                "steps": len(timing.ends) // accumulate,
+            }
+        )
+    )
     return 0
 
 

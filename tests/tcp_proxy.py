@@ -46,7 +46,7 @@ class OutageProxy:
                 continue
             try:
                 client, _ = self._listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             try:
                 server = socket.create_connection(self.target, timeout=5)

@@ -187,7 +187,7 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
             except OSError:
                 time.sleep(0.3)
         ids = {s["study_name"]: s["study_id"] for s in studies}
-        for name, failed in (("tiny", 1), ("front", 1)):
+        for name, _failed in (("tiny", 1), ("front", 1)):
             study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
             base = f"http://127.0.0.1:{port}/dashboard/studies/{ids[name]}"
             trials_page = browse(f"{base}/trials", tmp_path, screenshot=tmp_path / f"dashboard-{name}-trials.png")

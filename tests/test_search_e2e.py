@@ -407,18 +407,18 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # say where it hangs: autotune prints its threads' stacks on SIGUSR1
         processes = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args"], capture_output=True, text=True).stdout
         proc.send_signal(signal.SIGUSR1)
         time.sleep(2)
         proc.kill()
         try:
-            out, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:  # a process left behind holds the pipes
-            out, err = "", "(the pipes stayed open after the search was killed)"
+            err = "(the pipes stayed open after the search was killed)"
         diag = "\n".join(line for line in processes.splitlines() if "python" in line)
-        raise AssertionError(f"no exit within 60 s of SIGINT\n{diag}\n--- stderr\n{err[-6000:]}")
+        raise AssertionError(f"no exit within 60 s of SIGINT\n{diag}\n--- stderr\n{err[-6000:]}") from None
     assert proc.returncode == 130, err
     assert "Resume with:" in err and "autotune worker --study-name tiny --storage" in err
     assert "most recent call first" in err.split("Resume with:")[0]  # the SIGUSR1 stacks came first

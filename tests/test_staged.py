@@ -55,7 +55,7 @@ def test_bad_search_values_are_one_line_errors(monkeypatch):
         check_search_options(SearchOptions(model_file="m.py", search="greedy"))
     with pytest.raises(UsageError, match="--search staged with --sampler grid"):
         check_search_options(SearchOptions(model_file="m.py", search="staged", sampler="grid"))
-    with pytest.raises(UsageError, match="--search staged ranks stage 1 by samples/s.*use --search flat"):
+    with pytest.raises(UsageError, match=r"--search staged ranks stage 1 by samples/s.*use --search flat"):
         check_search_options(SearchOptions(model_file="m.py", search="staged", objective="time-to-quality"))
     monkeypatch.setenv("AUTOTUNE_SEARCH", "fast")
     with pytest.raises(UsageError, match=r"\$AUTOTUNE_SEARCH='fast' must be one of"):
@@ -126,7 +126,7 @@ def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):
     db = tmp_path / "d.db"
     space = tmp_path / "space.yaml"
     space.write_text("batch_size: [16, 32]\n")  # with the baseline's 16: two configs in all
-    r = cli("search", MODELS / "tiny.py", "--trials", 5, "--samples", 256, "--space", space, "--sampler", "random",
+    cli("search", MODELS / "tiny.py", "--trials", 5, "--samples", 256, "--space", space, "--sampler", "random",
             "--storage", f"sqlite:///{db}", check_rc=0)
     study, settings = load_study("tiny", f"sqlite:///{db}")
     trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]

@@ -69,7 +69,7 @@ def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fres
         _wait_for_study(fresh_database, "shared")
         workers.append(_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path))
     outputs = [p.communicate(timeout=600) for p in [search, *workers]]
-    for proc, (out, err) in zip([search, *workers], outputs):
+    for proc, (_out, err) in zip([search, *workers], outputs):
         assert proc.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="shared", storage=fresh_database)
     assert len(study.trials) == 12 and all(t.state.name == "COMPLETE" for t in study.trials), [t.state.name for t in study.trials]
@@ -101,7 +101,7 @@ def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_datab
     search.communicate(timeout=30)
     worker = _spawn(["worker", "--storage", fresh_database, "--study-name", "stale"], tmp_path,
                     {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4"})
-    out, err = worker.communicate(timeout=300)
+    _out, err = worker.communicate(timeout=300)
     assert worker.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="stale", storage=fresh_database)
     states = {t.number: t.state.name for t in study.trials}
@@ -188,7 +188,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
         dashboard.terminate()
         dashboard.communicate(timeout=30)
     for proc in [search, *workers]:
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-3000:]
         assert "database is locked" not in err
     trials = optuna.load_study(study_name="local", storage=url).trials
@@ -248,7 +248,7 @@ def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
                      "--study-name", "nodes", "--out", out], tmp_path, env)
     _wait_for_study(url, "nodes")
     follower = _spawn(["worker", "--storage", url, "--study-name", "nodes", "--node-rank", 1], tmp_path, env)
-    (s_out, s_err), (f_out, f_err) = search.communicate(timeout=300), follower.communicate(timeout=300)
+    (_s_out, s_err), (f_out, f_err) = search.communicate(timeout=300), follower.communicate(timeout=300)
     assert search.returncode == 0, s_err[-3000:]
     assert follower.returncode == 0, f_err[-3000:]
     trials = optuna.load_study(study_name="nodes", storage=url).trials
@@ -265,7 +265,7 @@ def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_pat
     url = f"sqlite:///{tmp_path / 'alone.db'}"
     search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 1, "--samples", 256, "--storage", url,
                      "--study-name", "alone", "--trial-timeout", 15], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
-    out, err = search.communicate(timeout=300)
+    _out, err = search.communicate(timeout=300)
     assert search.returncode == 1, err[-2000:]
     trial = optuna.load_study(study_name="alone", storage=url).trials[0]
     assert trial.state.name == "FAIL" and trial.user_attrs["fail_kind"] == "timeout"
@@ -287,7 +287,7 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
         _wait_for_study(fresh_database, "outage")
         time.sleep(2.0)
         proxy.outage(8.0)
-        out, err = search.communicate(timeout=300)
+        _out, err = search.communicate(timeout=300)
     finally:
         proxy.close()
     trials = optuna.load_study(study_name="outage", storage=fresh_database).trials
@@ -305,7 +305,7 @@ def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_basel
     args = ["search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--storage", fresh_database, "--study-name", "twin"]
     procs = [_spawn([*args, "--out", tmp_path / f"twin{i}.yaml"], tmp_path) for i in range(2)]
     for proc in procs:
-        out, err = proc.communicate(timeout=400)
+        _out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-3000:]
     trials = optuna.load_study(study_name="twin", storage=fresh_database).trials
     assert all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
@@ -347,7 +347,7 @@ def test_a_late_result_for_a_trial_failed_as_stale_is_logged_not_fatal(tmp_path)
             time.sleep(0.5)
     finally:
         worker.send_signal(signal.SIGCONT)
-    (w_out, w_err), (s_out, s_err) = worker.communicate(timeout=300), search.communicate(timeout=300)
+    (w_out, w_err), (_s_out, s_err) = worker.communicate(timeout=300), search.communicate(timeout=300)
     assert worker.returncode == 0 and search.returncode == 0, w_err[-2000:] + s_err[-2000:]
     assert f"trial {mine} finished after another worker marked it failed (stale)" in w_out + w_err
     trials = optuna.load_study(study_name="late", storage=url).trials

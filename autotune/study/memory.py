@@ -29,10 +29,17 @@ def _predicted_oom(study, config: TrialConfig) -> str | None:
     if settings is None:
         return reason
     model = (settings.memory_model or {}).get(config.precision)
-    if reason is None and model and model.get("max_batch") is not None and config.devices == settings.devices:
-        if config.batch_size > model["max_batch"]:
-            reason = (f"predicted OOM by the memory model: per-device batch {config.batch_size} > {model['max_batch']}, the most "
-                      f"that fits {config.precision} in {1 - settings.memory_model_margin:.0%} of {settings.memory_limit_gib:g} GiB")
+    if (
+        reason is None
+        and model
+        and model.get("max_batch") is not None
+        and config.devices == settings.devices
+        and config.batch_size > model["max_batch"]
+    ):
+        reason = (
+            f"predicted OOM by the memory model: per-device batch {config.batch_size} > {model['max_batch']}, the most "
+            f"that fits {config.precision} in {1 - settings.memory_model_margin:.0%} of {settings.memory_limit_gib:g} GiB"
+        )
     return reason
 
 
@@ -40,4 +47,3 @@ def oom_frontier(study) -> list[dict[str, Any]]:
     """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some trial ran out of memory."""
 
     return [row for row in frontier_summary(_memory_events(study)) if row["oom_from"] is not None]
-

@@ -38,7 +38,7 @@ ENV_SEARCH = "AUTOTUNE_SEARCH"
 SEARCHES = ("staged", "flat")
 
 
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "objective": "throughput",
     "loss_tolerance": 0.05,
     "monitor": "val_loss",
@@ -47,8 +47,6 @@ DEFAULTS = {
     "trial_timeout": 900.0,
     "seed": 0,
 }
-
-
 
 
 def option_defaults() -> dict[str, Any]:
@@ -117,7 +115,6 @@ def check_search_options(opts: SearchOptions) -> None:
     if opts.num_nodes is not None and opts.num_nodes < 1:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
 
-
     if opts.memory_limit is not None and not opts.memory_limit > 0:
         raise UsageError(f"--memory-limit must be > 0 GiB, got {opts.memory_limit}")
     if not 0 <= opts.memory_margin < 1:
@@ -151,13 +148,16 @@ def check_search_options(opts: SearchOptions) -> None:
     if opts.search is None and os.environ.get(ENV_SEARCH) and os.environ[ENV_SEARCH] not in SEARCHES:
         raise UsageError(f"${ENV_SEARCH}={os.environ[ENV_SEARCH]!r} must be one of {list(SEARCHES)} (the default of --search)")
     if opts.search == "staged" and opts.objective not in (None, "throughput", "goodput"):
-        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {opts.objective}; "
-                         "use --search flat")
+        raise UsageError(
+            f"--search staged ranks stage 1 by samples/s, which does not decide --objective {opts.objective}; use --search flat"
+        )
     if opts.search == "staged" and opts.sampler == "grid":
         raise UsageError("--search staged with --sampler grid: the grid runs every combination once; use --search flat")
     if opts.search == "staged" and (opts.num_nodes or 1) > 1:
-        raise UsageError(f"--search staged with --num-nodes {opts.num_nodes}: a multi-node study runs flat (its nodes follow one "
-                         "queue of full-budget trials); use --search flat")
+        raise UsageError(
+            f"--search staged with --num-nodes {opts.num_nodes}: a multi-node study runs flat (its nodes follow one "
+            "queue of full-budget trials); use --search flat"
+        )
 
 
 def default_study_name(model_file: str | Path) -> str:
@@ -224,4 +224,3 @@ def check_out_path(out: Path) -> None:
             if not parent.is_dir():
                 raise UsageError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a folder")
             break
-

@@ -14,7 +14,9 @@ from autotune.study.options import DEFAULTS, SearchOptions
 from autotune.ui import UI
 
 
-def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dict, baseline: TrialConfig, limit: float, margin: float, ui: UI):
+def _probe_memory(
+    model_file: Path, opts: SearchOptions, report, resolved: dict, baseline: TrialConfig, limit: float, margin: float, ui: UI
+):
     """Fit the memory model (see :mod:`autotune.memory`) by probes, print it, and cap ``resolved``'s batch sizes.
 
     Returns:
@@ -34,10 +36,21 @@ def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dic
         points, oom_at = [], None
         for batch in probe_batches(choices):
             config = baseline.replace(batch_size=batch, precision=precision, accumulate_grad_batches=1)
-            source = {**report, "model_file": str(model_file), "config_file": str(Path(opts.config_file).resolve()) if opts.config_file else None}
-            spec = trial_spec(source, config.to_dict(), 2 * batch * config.world_size, opts.seed if opts.seed is not None else DEFAULTS["seed"])
-            outcome = run_trial_process(spec, timeout=float(opts.trial_timeout or DEFAULTS["trial_timeout"]), trial_number=-1,
-                                        expected_ranks=config.world_size, devices=config.devices)
+            source = {
+                **report,
+                "model_file": str(model_file),
+                "config_file": str(Path(opts.config_file).resolve()) if opts.config_file else None,
+            }
+            spec = trial_spec(
+                source, config.to_dict(), 2 * batch * config.world_size, opts.seed if opts.seed is not None else DEFAULTS["seed"]
+            )
+            outcome = run_trial_process(
+                spec,
+                timeout=float(opts.trial_timeout or DEFAULTS["trial_timeout"]),
+                trial_number=-1,
+                expected_ranks=config.world_size,
+                devices=config.devices,
+            )
             if not outcome.ok:
                 if outcome.fail_kind == "oom":
                     oom_at = batch
@@ -63,10 +76,14 @@ def _probe_memory(model_file: Path, opts: "SearchOptions", report, resolved: dic
         if "choices" in batch_entry:
             kept = [c for c in batch_entry["choices"] if c <= top]
             if not kept:
-                raise UsageError(f"--memory-limit {limit:g} GiB: not even batch {min(batch_entry['choices'])} fits (memory model); "
-                                 "raise --memory-limit, lower --memory-margin, or add smaller batch sizes to the space")
+                raise UsageError(
+                    f"--memory-limit {limit:g} GiB: not even batch {min(batch_entry['choices'])} fits (memory model); "
+                    "raise --memory-limit, lower --memory-margin, or add smaller batch sizes to the space"
+                )
             if len(kept) < len(batch_entry["choices"]):
-                ui.warn(f"removed batch sizes {[c for c in batch_entry['choices'] if c > top]}: above {top}, the most the memory model fits")
+                ui.warn(
+                    f"removed batch sizes {[c for c in batch_entry['choices'] if c > top]}: above {top}, the most the memory model fits"
+                )
                 resolved["batch_size"] = {"choices": kept}
         elif "high" in batch_entry and batch_entry["high"] > top >= batch_entry["low"]:
             ui.warn(f"batch_size capped at {top}, the most the memory model fits")

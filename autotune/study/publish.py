@@ -47,8 +47,14 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
     user_config = settings.user_config or read_user_config(None)
-    doc, notes = lightning_cli_config(config, settings.targets, user_config, has_datamodule=settings.data_class is not None,
-                                      model_info=settings.model_info, baseline=TrialConfig.from_dict(settings.baseline_config))
+    doc, notes = lightning_cli_config(
+        config,
+        settings.targets,
+        user_config,
+        has_datamodule=settings.data_class is not None,
+        model_info=settings.model_info,
+        baseline=TrialConfig.from_dict(settings.baseline_config),
+    )
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
@@ -63,7 +69,8 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
         *([advice] if (advice := input_bound_line(trial, settings)) else []),
-        f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}" + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
+        f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
+        + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
         "",
@@ -98,4 +105,3 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> N
         save_note(study, note)
     except Exception as e:  # the note is a convenience; the export already succeeded
         ui.warn(f"could not save the dashboard note: {e}")
-

@@ -10,7 +10,8 @@ import shutil
 import tempfile
 import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import optuna
 
@@ -59,9 +60,23 @@ def _others_running(study, ctx: _RunContext) -> bool:
     return any(t.state.name == "RUNNING" and t.number not in mine for t in study.get_trials(deepcopy=False))
 
 
-def drain_queue(study, settings: StudySettings, ui: UI, *, add: int, jobs: int = 1, cold: bool = False,
-                storage_url: str = "", timeout: float | None = None, leader: Any = None, seeds: Sequence[tuple[dict, dict]] = (),
-                pruner: tuple[str, int] | None = None, stage: str = "search", pools: Any = None, run_id: str | None = None) -> int:
+def drain_queue(
+    study,
+    settings: StudySettings,
+    ui: UI,
+    *,
+    add: int,
+    jobs: int = 1,
+    cold: bool = False,
+    storage_url: str = "",
+    timeout: float | None = None,
+    leader: Any = None,
+    seeds: Sequence[tuple[dict, dict]] = (),
+    pruner: tuple[str, int] | None = None,
+    stage: str = "search",
+    pools: Any = None,
+    run_id: str | None = None,
+) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
     The budget lives in the storage as WAITING trials, which any ``search`` or ``worker`` process
@@ -103,7 +118,10 @@ def drain_queue(study, settings: StudySettings, ui: UI, *, add: int, jobs: int =
     budget.add(add)
     slots = _plan_slots(settings, jobs)
     if len(slots) > 1:
-        ui.info("parallel trials on disjoint resources (throughput measured under shared host resources): " + "; ".join(s.description for s in slots))
+        ui.info(
+            "parallel trials on disjoint resources (throughput measured under shared host resources): "
+            + "; ".join(s.description for s in slots)
+        )
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     own_pools = pools is None
     log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if own_pools else pools.log_dir
@@ -201,7 +219,9 @@ class _Worker:
             is_baseline = need_baseline or (bool(trial.user_attrs.get("baseline")) and trial.number == _first_baseline(study))
             if trial.user_attrs.get("baseline") and not is_baseline:
                 trial.set_user_attr("baseline_repeat", True)
-            frozen = _run_one(study, trial, suggest_config(trial, self.resolved, self.baseline_config), self.settings, is_baseline, ctx.ui, ctx)
+            frozen = _run_one(
+                study, trial, suggest_config(trial, self.resolved, self.baseline_config), self.settings, is_baseline, ctx.ui, ctx
+            )
             if is_baseline and not self._baseline_done(frozen):
                 return
 
@@ -294,7 +314,6 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
 def _fail_stale(study) -> None:
     """Fail trials whose worker stopped sending heartbeats (RDB storages with heartbeats only)."""
 
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
@@ -329,6 +348,15 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
 def _resume_command(settings: StudySettings, storage_url: str, remaining: int) -> str:
     relative = os.path.relpath(settings.model_file)
     model = settings.model_file if relative.startswith("..") else relative
-    parts = ["autotune", "search", model, "--study-name", settings.study_name, "--storage", mask_url(storage_url), "--trials", str(max(1, remaining))]
+    parts = [
+        "autotune",
+        "search",
+        model,
+        "--study-name",
+        settings.study_name,
+        "--storage",
+        mask_url(storage_url),
+        "--trials",
+        str(max(1, remaining)),
+    ]
     return shlex.join(parts)
-

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import optuna
 
@@ -22,7 +23,6 @@ def _budget(attrs: Mapping[str, Any], settings: StudySettings) -> int:
 
 def records_of(study) -> list:
     """:class:`~autotune.objective.TrialRecord` of every trial of a study."""
-
 
     out = []
     for t in study.get_trials(deepcopy=False):
@@ -58,17 +58,20 @@ def _first_baseline(study) -> int | None:
 
 def _baseline_pending(study) -> bool:
     """Whether a baseline trial is waiting or running (so its result is still to come)."""
-    return any(
-        t.user_attrs.get("baseline") and t.state.name in ("WAITING", "RUNNING") for t in study.get_trials(deepcopy=False)
-    )
+    return any(t.user_attrs.get("baseline") and t.state.name in ("WAITING", "RUNNING") for t in study.get_trials(deepcopy=False))
 
 
 def _search_records(study) -> list:
     """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them
     incomparable) and duplicates (their figures are another trial's)."""
     every = study.get_trials(deepcopy=False)
-    return [r for r in records_of(study) if "confirm_of" not in every[r.number].user_attrs
-            and "duplicate_of" not in every[r.number].user_attrs and "trial_samples" not in every[r.number].user_attrs]
+    return [
+        r
+        for r in records_of(study)
+        if "confirm_of" not in every[r.number].user_attrs
+        and "duplicate_of" not in every[r.number].user_attrs
+        and "trial_samples" not in every[r.number].user_attrs
+    ]
 
 
 def _measured_before(study, number: int, config: TrialConfig, budget: int):
@@ -76,10 +79,16 @@ def _measured_before(study, number: int, config: TrialConfig, budget: int):
     config and training budget as trial ``number``, or ``None``."""
 
     wanted, settings = config.to_dict(), settings_of(study)
+    assert settings is not None  # only trials of an autotune study (it stores its settings) come here
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         attrs = t.user_attrs
-        if (t.number != number and attrs.get("config") == wanted and "confirm_of" not in attrs and "duplicate_of" not in attrs
-                and _budget(attrs, settings) == budget):
+        if (
+            t.number != number
+            and attrs.get("config") == wanted
+            and "confirm_of" not in attrs
+            and "duplicate_of" not in attrs
+            and _budget(attrs, settings) == budget
+        ):
             return t
     return None
 
@@ -93,7 +102,7 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     every = study.get_trials(deepcopy=False)
     remaining = _search_records(study)
     seen = [every[baseline_info["trial"]].params]
-    picked = []
+    picked: list[Any] = []
     while len(picked) < k:
         best = recommend(remaining, baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
         if best is None:
@@ -125,15 +134,17 @@ def confirmation(study, settings: StudySettings):
         mine = [t for t in runs if t.user_attrs["confirm_of"] == number]
         complete = [t for t in mine if t.state.name == "COMPLETE"]
         params = every[number].params
-        groups.append(ConfirmGroup(
-            number=number,
-            values=tuple(_objective_value(t, settings.objective) for t in complete),
-            losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
-            failed=sum(t.state.name == "FAIL" for t in mine),
-            distance=sum(params.get(name) != value for name, value in baseline_params.items()),
-            baseline=number == baseline_info["trial"],
-            runs=tuple(t.number for t in complete),
-        ))
+        groups.append(
+            ConfirmGroup(
+                number=number,
+                values=tuple(_objective_value(t, settings.objective) for t in complete),
+                losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
+                failed=sum(t.state.name == "FAIL" for t in mine),
+                distance=sum(params.get(name) != value for name, value in baseline_params.items()),
+                baseline=number == baseline_info["trial"],
+                runs=tuple(t.number for t in complete),
+            )
+        )
     maximize = directions(settings.objective, settings.mode)[0] == "maximize"
     return groups, pick(groups, maximize, settings.loss_tolerance, settings.mode), samples
 
@@ -190,7 +201,12 @@ def confirmed_speed(study, settings: StudySettings) -> dict[str, Any] | None:
     def speed(group) -> float:
         return statistics.median(every[n].user_attrs["samples_per_sec"] for n in group.runs) if group and group.runs else math.nan
 
-    return {"trial": choice.chosen.number, "samples_per_sec": speed(choice.chosen), "runs": len(choice.chosen.runs),
-            "baseline_trial": base.number if base else None, "baseline_samples_per_sec": speed(base),
-            "baseline_runs": len(base.runs) if base else 0, "samples": samples}
-
+    return {
+        "trial": choice.chosen.number,
+        "samples_per_sec": speed(choice.chosen),
+        "runs": len(choice.chosen.runs),
+        "baseline_trial": base.number if base else None,
+        "baseline_samples_per_sec": speed(base),
+        "baseline_runs": len(base.runs) if base else 0,
+        "samples": samples,
+    }

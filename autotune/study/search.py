@@ -7,9 +7,10 @@ import functools
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import optuna
 import yaml
@@ -86,11 +87,13 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         Interrupted: Ctrl-C; the running trial is stored as failed, finished trials are kept.
     """
     check_search_options(opts)
-    if (opts.num_nodes or 1) > 1:
+    if opts.num_nodes is not None and opts.num_nodes > 1:
         _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
     elif opts.node_rank not in (None, 0):
-        raise UsageError(f"--node-rank {opts.node_rank}: autotune search is always node rank 0; "
-                         "run `autotune worker --node-rank K` on the other nodes of a --num-nodes study")
+        raise UsageError(
+            f"--node-rank {opts.node_rank}: autotune search is always node rank 0; "
+            "run `autotune worker --node-rank K` on the other nodes of a --num-nodes study"
+        )
     model_file = check_model_file(opts.model_file)
     if opts.out:
         check_out_path(Path(opts.out))
@@ -101,16 +104,28 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
-        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {max(0, room)} "
-                         "after the baseline; raise --trials")
+        raise UsageError(
+            f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {max(0, room)} "
+            "after the baseline; raise --trials"
+        )
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
     run_id = f"{os.getpid()}-{time.time():.0f}"
     ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
-        ran += _confirm(study, settings, ui, confirm, opts.confirm_repeats, opts.confirm_samples or 2 * settings.samples,
-                        jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, run_id=run_id)
+        ran += _confirm(
+            study,
+            settings,
+            ui,
+            confirm,
+            opts.confirm_repeats,
+            opts.confirm_samples or 2 * settings.samples,
+            jobs=opts.jobs,
+            cold=opts.cold,
+            storage_url=storage_url,
+            run_id=run_id,
+        )
     elif confirm:
         ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
     recommended, baseline = recommendation(study, settings)
@@ -122,7 +137,9 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
 
 
-def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui: UI) -> tuple[Any, dict[str, Any], list]:
+def _open_study(
+    opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui: UI
+) -> tuple[Any, StudySettings, list[tuple[dict, dict]]]:
     """Resume the study, or create it (a new SQLite file only after the model and the flags were
     checked, so bad input leaves nothing behind). Returns ``(study, settings, --enqueue seeds)``.
 
@@ -154,15 +171,24 @@ def _open_study(opts: SearchOptions, model_file: Path, study_name: str, storage_
         settings = _create_settings(opts, model_file, study_name, ui)
         seeds = _check_run_inputs(opts, settings, new_study=True)  # before the study exists: bad input leaves nothing behind
     try:
-        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions(settings.objective, settings.mode))
+        # directions() gives "minimize"/"maximize" typed list[str]; Optuna's stub wants the Literal
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            directions=directions(settings.objective, settings.mode),  # type: ignore[arg-type]
+        )
     except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile: join it
         study = optuna.load_study(study_name=study_name, storage=storage)
     study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(_METRIC_NAMES.get(settings.objective, ["samples_per_sec"]) if settings.objective != "pareto"
-                               else ["samples_per_sec", settings.monitor])
+        study.set_metric_names(
+            _METRIC_NAMES.get(settings.objective, ["samples_per_sec"])
+            if settings.objective != "pareto"
+            else ["samples_per_sec", settings.monitor]
+        )
     ui.info(f"created study {study_name!r} in {mask_url(storage_url)}")
+    assert seeds is not None  # set with settings, by either _check_run_inputs above
     return study, settings, seeds
 
 
@@ -174,22 +200,37 @@ def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, le
     """
     add = opts.trials
     if opts.sampler == "grid":
-        left = grid_size(settings.space) - len({repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs})
+        left = grid_size(settings.space) - len(
+            {repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs}
+        )
         if left < add:
-            ui.info(f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}")
+            ui.info(
+                f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}"
+            )
             add = max(0, left)
     search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings.objective))
     if search == "staged" and settings.objective not in ("throughput", "goodput"):
-        raise UsageError(f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings.objective}; "
-                         "use --search flat")
-    drain = functools.partial(drain_queue, study, settings, ui, jobs=opts.jobs, cold=opts.cold, storage_url=storage_url, leader=leader,
-                              pruner=(opts.pruner or _env_pruner(), opts.pruner_startup), run_id=run_id)
+        raise UsageError(
+            f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings.objective}; use --search flat"
+        )
+    drain = functools.partial(
+        drain_queue,
+        study,
+        settings,
+        ui,
+        jobs=opts.jobs,
+        cold=opts.cold,
+        storage_url=storage_url,
+        leader=leader,
+        pruner=(opts.pruner or _env_pruner(), opts.pruner_startup),
+        run_id=run_id,
+    )
     if search == "staged":
         return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
     return drain(add=add, seeds=seeds)
 
 
-def _check_run_inputs(opts: "SearchOptions", settings: StudySettings, new_study: bool = False) -> list[tuple[dict, str]]:
+def _check_run_inputs(opts: SearchOptions, settings: StudySettings, new_study: bool = False) -> list[tuple[dict, dict]]:
     """Check what needs the study's space (``--sampler grid``, ``--enqueue``) before the study is
     created or changed. Returns the ``--enqueue`` seeds.
 
@@ -200,8 +241,10 @@ def _check_run_inputs(opts: "SearchOptions", settings: StudySettings, new_study:
     make_sampler(opts.sampler or "tpe", settings.space, int(settings.seed))
     seeds = _seeds(opts.enqueue or [], settings)
     if new_study and len(seeds) > opts.trials - 1:
-        raise UsageError(f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {opts.trials - 1} "
-                         "after the baseline; raise --trials")
+        raise UsageError(
+            f"--enqueue gives {len(seeds)} config(s), but --trials {opts.trials} leaves room for {opts.trials - 1} "
+            "after the baseline; raise --trials"
+        )
     return seeds
 
 
@@ -212,7 +255,6 @@ def _seeds(files: Sequence[str], settings: StudySettings) -> list[tuple[dict, di
         UsageError: A missing or unreadable file, not YAML, not a LightningCLI config, or a value
             outside the study's space.
     """
-
 
     baseline = TrialConfig.from_dict(settings.baseline_config)
     seeds = []
@@ -229,8 +271,19 @@ def _seeds(files: Sequence[str], settings: StudySettings) -> list[tuple[dict, di
     return seeds
 
 
-def _confirm(study, settings: StudySettings, ui: UI, k: int, repeats: int, samples: int, *, jobs: int, cold: bool, storage_url: str,
-             run_id: str | None = None) -> int:
+def _confirm(
+    study,
+    settings: StudySettings,
+    ui: UI,
+    k: int,
+    repeats: int,
+    samples: int,
+    *,
+    jobs: int,
+    cold: bool,
+    storage_url: str,
+    run_id: str | None = None,
+) -> int:
     """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
@@ -240,7 +293,11 @@ def _confirm(study, settings: StudySettings, ui: UI, k: int, repeats: int, sampl
     queued = 0
     for original in targets:
         # runs of the same config (whichever search trial found it) at the same budget count
-        done = [t for t in every if "confirm_of" in t.user_attrs and t.params == original.params and t.user_attrs.get("confirm_samples") == samples]
+        done = [
+            t
+            for t in every
+            if "confirm_of" in t.user_attrs and t.params == original.params and t.user_attrs.get("confirm_samples") == samples
+        ]
         for _ in range(max(0, repeats - len(done))):
             study.enqueue_trial(dict(original.params), user_attrs={"confirm_of": original.number, "confirm_samples": samples})
             queued += 1
@@ -277,16 +334,29 @@ def _leader(study, settings: StudySettings, node_rank: int | None, node_group: s
     num_nodes = settings.num_nodes
     if num_nodes == 1:
         return None
-    identity = _search_node(num_nodes, node_rank, node_group) if command == "autotune search" else node_identity(num_nodes, node_rank, node_group)
+    identity = (
+        _search_node(num_nodes, node_rank, node_group) if command == "autotune search" else node_identity(num_nodes, node_rank, node_group)
+    )
     if identity.node_rank != 0:
         return identity
-    ui.info(f"multi-node trials: this is node 0 of group {identity.group!r} at {identity.master_addr}; "
-            f"start `autotune worker --node-rank K --node-group {identity.group}` on {num_nodes - 1} other node(s)")
+    ui.info(
+        f"multi-node trials: this is node 0 of group {identity.group!r} at {identity.master_addr}; "
+        f"start `autotune worker --node-rank K --node-group {identity.group}` on {num_nodes - 1} other node(s)"
+    )
     return LeaderChannel(study, identity, num_nodes)
 
 
-def run_worker(storage_url: str, study_name: str | None, ui: UI, *, jobs: int = 1, cold: bool = False, timeout: float | None = None,
-               node_rank: int | None = None, node_group: str | None = None) -> SearchResult:
+def run_worker(
+    storage_url: str,
+    study_name: str | None,
+    ui: UI,
+    *,
+    jobs: int = 1,
+    cold: bool = False,
+    timeout: float | None = None,
+    node_rank: int | None = None,
+    node_group: str | None = None,
+) -> SearchResult:
     """Join an existing study and run its queued trials (``autotune worker``).
 
     Every setting comes from the study. The worker stops when the study's queue is empty (its shared
@@ -320,4 +390,3 @@ def run_worker(storage_url: str, study_name: str | None, ui: UI, *, jobs: int = 
     ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader)
     recommended, baseline = recommendation(study, settings)
     return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
-

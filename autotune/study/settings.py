@@ -4,9 +4,10 @@ study's user attribute ``autotune`` when it is created, and loaded (and checked)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import optuna
 
@@ -41,7 +42,20 @@ _METRIC_NAMES = {"throughput": ["samples_per_sec"], "time-to-quality": ["time_to
 
 
 #: Settings that must not change when a study is resumed.
-_FIXED_ON_RESUME = ("objective", "samples", "devices", "num_nodes", "monitor", "mode", "loss_tolerance", "space_file", "model_class", "data_class", "config_file", "seed")
+_FIXED_ON_RESUME = (
+    "objective",
+    "samples",
+    "devices",
+    "num_nodes",
+    "monitor",
+    "mode",
+    "loss_tolerance",
+    "space_file",
+    "model_class",
+    "data_class",
+    "config_file",
+    "seed",
+)
 
 
 @dataclass(frozen=True)
@@ -147,7 +161,6 @@ def settings_of(study) -> StudySettings | None:
     return None if values is None else StudySettings.from_dict(values)
 
 
-
 def _study_names(storage) -> list[str]:
 
     return [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
@@ -193,7 +206,6 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
     for key in _FIXED_ON_RESUME:
         given = getattr(opts, key, None)
         if key == "space_file" and given is not None:
-
             given = str(find_space(given).resolve())
         if key == "config_file" and given is not None:
             given = str(Path(given).resolve())
@@ -208,7 +220,20 @@ def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOp
     """``opts`` with every unset option taken from a study's settings (to inspect the model again)."""
 
     values = {}
-    for key in ("model_class", "data_class", "config_file", "objective", "loss_tolerance", "monitor", "mode", "samples", "trial_timeout", "devices", "num_nodes", "seed"):
+    for key in (
+        "model_class",
+        "data_class",
+        "config_file",
+        "objective",
+        "loss_tolerance",
+        "monitor",
+        "mode",
+        "samples",
+        "trial_timeout",
+        "devices",
+        "num_nodes",
+        "seed",
+    ):
         if getattr(opts, key) is None:
             values[key] = getattr(settings, key)
     if opts.space_file is None and settings.space_explicit:
@@ -226,7 +251,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     if config_file and not Path(config_file).is_file():
         raise UsageError(f"config file {opts.config_file!r} does not exist")
     ui.info(f"inspecting {model_file.name} in a trial process ...")
-    report = inspect_process({"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file})
+    report = inspect_process(
+        {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file}
+    )
     hardware = Hardware.from_dict(report["hardware"])
     devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
     if devices < 1:
@@ -238,11 +265,15 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     num_nodes = opts.num_nodes or 1
     baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
 
-    applicable = {name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES}
+    applicable = {
+        name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES
+    }
     model_info = dict(report.get("model_info") or {})
     # constructor arguments autotune sets itself through its own knobs (batch_size, lr, ...)
-    model_info["knob_args"] = {section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
-                               for section in ("model", "data")}
+    model_info["knob_args"] = {
+        section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
+        for section in ("model", "data")
+    }
     if "strategy" in space and "devices" not in space and devices * num_nodes == 1:
         ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
         space = type(space)({k: v for k, v in space.items() if k != "strategy"})
@@ -309,7 +340,9 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, nu
             ui.warn("the baseline's precision '16-mixed' runs as 'bf16-mixed' on CPU; the baseline uses 'bf16-mixed'")
             precision = "bf16-mixed"
         else:
-            raise UsageError(f"the baseline's precision {precision!r} cannot run here ({removed[precision]}); set trainer.precision in --config")
+            raise UsageError(
+                f"the baseline's precision {precision!r} cannot run here ({removed[precision]}); set trainer.precision in --config"
+            )
     try:
         return TrialConfig(
             batch_size=int(base["batch_size"]),
@@ -325,4 +358,3 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, nu
     except (TypeError, ValueError) as e:
         values = {k: base.get(k) for k in ("batch_size", "accumulate_grad_batches", "num_workers", "lr")}
         raise UsageError(f"the model's own values {values} are not all numbers ({e}); fix them in the model or in --config") from None
-

@@ -8,7 +8,8 @@ import math
 import random
 import shutil
 import tempfile
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.errors import UsageError
@@ -113,8 +114,9 @@ def system_part(params: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in params.items() if name not in (*CONVERGENCE_KNOBS, "lr_multiplier") and user_arg(name) is None}
 
 
-def screen_points(trials: Sequence[Any], resolved: Mapping[str, Any], convergence: set, seed: int,
-                  visited_params: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]] | None:
+def screen_points(
+    trials: Sequence[Any], resolved: Mapping[str, Any], convergence: set, seed: int, visited_params: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]] | None:
     """Stage 1's system configs: every point of the system knobs' grid that no trial has visited, in a
     random order (seeded), or ``None`` when the system knobs are not all discrete (or the grid is
     larger than :data:`SCREEN_MAX_POINTS`; the sampler then chooses). Screening without repeats is
@@ -127,7 +129,6 @@ def screen_points(trials: Sequence[Any], resolved: Mapping[str, Any], convergenc
         seed: Seed of the order.
         visited_params: More visited points (the baseline's, before its trial exists).
     """
-
 
     system = {name: entry for name, entry in resolved.items() if param_name(name, entry) not in convergence}
     try:
@@ -158,11 +159,21 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
         fixed: The baseline's Optuna params of the convergence knobs.
         k: Trials per round (the configs explored side by side).
     """
-    full = [t for t in trials if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
-            and t.user_attrs.get("feasible") is not None]
+    full = [
+        t
+        for t in trials
+        if t.state.name == "COMPLETE"
+        and "confirm_of" not in t.user_attrs
+        and "trial_samples" not in t.user_attrs
+        and t.user_attrs.get("feasible") is not None
+    ]
     incumbent = max((t.user_attrs["samples_per_sec"] for t in full if t.user_attrs.get("feasible")), default=0.0)
     # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget included
-    tried = [t for t in trials if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
+    tried = [
+        t
+        for t in trials
+        if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
+    ]
     out: list[tuple[dict, dict]] = []
     for system, speed in top_system_configs(trials, with_speed=True):
         if len(out) == k:
@@ -184,7 +195,6 @@ def _staged_search(study, settings: StudySettings, ui: UI, drain: Callable[..., 
     are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
     processes serves every round. Returns the trials this process ran."""
 
-
     resolved = settings.space
     baseline = TrialConfig.from_dict(settings.baseline_config)
     convergence = {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
@@ -192,11 +202,18 @@ def _staged_search(study, settings: StudySettings, ui: UI, drain: Callable[..., 
     baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
     fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
-    ui.info(f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
-            f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
-            f"then {n_full} full-budget run(s) of the fastest system configs")
-    screen = screen_points(study.get_trials(deepcopy=False), resolved, convergence, int(settings.seed) + len(study.trials),
-                           [baseline_params(resolved, baseline)])
+    ui.info(
+        f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
+        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
+        f"then {n_full} full-budget run(s) of the fastest system configs"
+    )
+    screen = screen_points(
+        study.get_trials(deepcopy=False),
+        resolved,
+        convergence,
+        int(settings.seed) + len(study.trials),
+        [baseline_params(resolved, baseline)],
+    )
     if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
         if len(screen) < n_system:
             n_system, n_full = len(screen), n_full + n_system - len(screen)
@@ -210,16 +227,16 @@ def _staged_search(study, settings: StudySettings, ui: UI, drain: Callable[..., 
         while left > 0:
             batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]
             if not batch:
-                ui.info(f"staged search: no system config left that could beat the best feasible trial; "
-                        f"the last {left} trial(s) sample every knob")
+                ui.info(
+                    f"staged search: no system config left that could beat the best feasible trial; "
+                    f"the last {left} trial(s) sample every knob"
+                )
                 ran += drain(add=left, pools=pools)
                 break
             ui.info("staged search, stage 2: " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
             ran += drain(add=len(batch), seeds=batch, pools=pools)
             left -= len(batch)
     finally:
-
         pools.close()
         shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
-

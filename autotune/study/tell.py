@@ -4,7 +4,8 @@ predicted OOM, an interrupted trial."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError
@@ -46,8 +47,13 @@ def _measure_attrs(outcome) -> dict[str, Any]:
 
 def _rank_attrs(outcome) -> list[dict[str, Any]]:
     return [
-        {"rank": r.get("rank"), "config": r.get("config"), "first_batch_size": r.get("first_batch_size"), "ok": r.get("ok", False),
-         "applied": r.get("applied")}
+        {
+            "rank": r.get("rank"),
+            "config": r.get("config"),
+            "first_batch_size": r.get("first_batch_size"),
+            "ok": r.get("ok", False),
+            "applied": r.get("applied"),
+        }
         for r in sorted(outcome.ranks, key=lambda r: r.get("rank", 0))
     ]
 
@@ -63,13 +69,12 @@ def _overhead(outcome) -> dict[str, float]:
     return {"startup_seconds": first - launch, "training_seconds": end - first, "teardown_seconds": exit_time - end}
 
 
-def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx: "_RunContext", slot) -> None:
+def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx: _RunContext, slot) -> None:
     """Store a finished trial's figures and outcome (user attributes, constraint, values or FAIL).
 
     Raises:
         optuna.exceptions.UpdateFinishedTrialError: Another process finished the trial meanwhile.
     """
-
 
     if study.get_trials(deepcopy=False)[trial.number].state != optuna.trial.TrialState.RUNNING:
         raise optuna.exceptions.UpdateFinishedTrialError(f"trial {trial.number} is no longer running")
@@ -107,7 +112,11 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
                     constraint = constraint_value(loss, baseline_loss, settings.loss_tolerance, settings.mode)
                     attrs["constraint"] = constraint if math.isfinite(constraint) else None
                     attrs["feasible"] = constraint <= 0
-                target = _loss_target(study, measured["loss_curve"], settings) if is_baseline or baseline.get("loss_target") is None else baseline["loss_target"]
+                target = (
+                    _loss_target(study, measured["loss_curve"], settings)
+                    if is_baseline or baseline.get("loss_target") is None
+                    else baseline["loss_target"]
+                )
                 reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
                 attrs["loss_target"] = target if math.isfinite(target) else None
                 # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
@@ -115,11 +124,17 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
                 attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
                 attrs["target_reached"] = reach.reached
                 if settings.objective == "time-to-quality" and math.isnan(reach.seconds):
-                    kind, reason = FailKind.NO_LOSS_CURVE, "time-to-quality needs the training loss against samples; training_step returned no loss tensor"
+                    kind, reason = (
+                        FailKind.NO_LOSS_CURVE,
+                        "time-to-quality needs the training loss against samples; training_step returned no loss tensor",
+                    )
                 _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
                 goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
                 if settings.objective == "goodput" and math.isnan(goodput) and kind is None:
-                    kind, reason = FailKind.NO_NOISE_SCALE, "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)"
+                    kind, reason = (
+                        FailKind.NO_NOISE_SCALE,
+                        "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)",
+                    )
                 values = objective_values(settings.objective, sps, loss, reach.seconds, goodput)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
@@ -152,16 +167,19 @@ def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sp
     """Store the gradient noise scale, the statistical efficiency and the goodput on ``attrs``;
     return the goodput (NaN when the noise scale was not measured here nor in any other trial)."""
 
-
     noise = measured.get("noise")
     if noise:
         scale, method = noise_scale(noise["grad_sq"], noise["trace"]), noise["method"]
     else:
         # too few optimizer steps to measure (a batch as large as the budget): the noise scale is a
         # property of the model and data, so the median of the study's measured trials stands in
-        measured_scales = [t.user_attrs["gradient_noise_scale"] for t in study.get_trials(deepcopy=False)
-                           if t.state.name == "COMPLETE" and t.user_attrs.get("noise_method") not in (None, "study_median")
-                           and t.user_attrs.get("gradient_noise_scale") is not None]
+        measured_scales = [
+            t.user_attrs["gradient_noise_scale"]
+            for t in study.get_trials(deepcopy=False)
+            if t.state.name == "COMPLETE"
+            and t.user_attrs.get("noise_method") not in (None, "study_median")
+            and t.user_attrs.get("gradient_noise_scale") is not None
+        ]
         if not measured_scales:
             return math.nan
         scale, method = statistics.median(measured_scales), "study_median"
@@ -189,12 +207,34 @@ OOM_REPLACEMENTS = 20
 
 
 #: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
-_NOT_COPIED = {"config", "effective_batch_size", "baseline", "seeded_from", "stage", "trial_samples", "confirm_of", "confirm_samples",
-               "baseline_repeat", "duplicate_of", "intermediate", "screen", "ranks", "log_tail", "launch", "slot", "shared_host", "launch_time",
-               "exit_time", "wall_seconds", "startup_seconds", "training_seconds", "teardown_seconds"}
+_NOT_COPIED = {
+    "config",
+    "effective_batch_size",
+    "baseline",
+    "seeded_from",
+    "stage",
+    "trial_samples",
+    "confirm_of",
+    "confirm_samples",
+    "baseline_repeat",
+    "duplicate_of",
+    "intermediate",
+    "screen",
+    "ranks",
+    "log_tail",
+    "launch",
+    "slot",
+    "shared_host",
+    "launch_time",
+    "exit_time",
+    "wall_seconds",
+    "startup_seconds",
+    "training_seconds",
+    "teardown_seconds",
+}
 
 
-def _tell_duplicate(study, trial, original, ui: UI, ctx: "_RunContext"):
+def _tell_duplicate(study, trial, original, ui: UI, ctx: _RunContext):
     """A sampled config that a completed trial already measured at the same budget is not trained
     again: the trial takes that trial's figures and values (``duplicate_of``; never recommended in
     its place), which tells the sampler the same thing at no cost, and a replacement is queued."""
@@ -214,7 +254,7 @@ def _tell_duplicate(study, trial, original, ui: UI, ctx: "_RunContext"):
     return frozen
 
 
-def _replace(study, trial, ctx: "_RunContext") -> None:
+def _replace(study, trial, ctx: _RunContext) -> None:
     """Queue a replacement for a trial that trained nothing (predicted OOM, a duplicate): up to
     :data:`OOM_REPLACEMENTS` per run; none for a grid (a fixed set of points)."""
 
@@ -233,7 +273,7 @@ def _replace(study, trial, ctx: "_RunContext") -> None:
                 study.enqueue_trial({})
 
 
-def _prune_predicted_oom(study, trial, reason: str, ui: UI, ctx: "_RunContext"):
+def _prune_predicted_oom(study, trial, reason: str, ui: UI, ctx: _RunContext):
     """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
 
     trial.set_user_attr("fail_kind", FailKind.PREDICTED_OOM)
@@ -255,4 +295,3 @@ def _fail_interrupted(study, number: int) -> None:
     trial.set_user_attr("fail_kind", FailKind.INTERRUPTED)
     trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
-

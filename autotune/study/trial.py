@@ -7,7 +7,8 @@ import contextlib
 import os
 import queue
 import threading
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
 
 import optuna
 
@@ -47,7 +48,7 @@ class _RunContext:
         self.pruner_name = "none"
         self.pruned: dict[int, str] = {}
         self.lock = threading.Lock()
-        self._free: "queue.Queue" = queue.Queue()
+        self._free: queue.Queue = queue.Queue()
         for slot in slots:
             self._free.put(slot)
 
@@ -76,7 +77,11 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
         trial.set_user_attr("trial_samples", system_budget(config, int(settings.samples)))  # a short run
     if not is_baseline and "confirm_of" not in trial.user_attrs:
         # (an --enqueue'd config runs even when measured before: the user asked for it)
-        original = None if "seeded_from" in trial.user_attrs else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
+        original = (
+            None
+            if "seeded_from" in trial.user_attrs
+            else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
+        )
         if original is not None:
             return _tell_duplicate(study, trial, original, ui, ctx)
         reason = _predicted_oom(study, config)
@@ -98,8 +103,17 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
     return frozen
 
 
-def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings: StudySettings, is_baseline: bool,
-           ctx: _RunContext, slot, beating: threading.Event) -> TrialOutcome:
+def _train(
+    study,
+    trial,
+    config: TrialConfig,
+    spec: Mapping[str, Any],
+    settings: StudySettings,
+    is_baseline: bool,
+    ctx: _RunContext,
+    slot,
+    beating: threading.Event,
+) -> TrialOutcome:
     """Run the trial's process (and, on a multi-node study, gather the other nodes' ranks) in ``slot``.
 
     Raises:
@@ -110,8 +124,14 @@ def _train(study, trial, config: TrialConfig, spec: Mapping[str, Any], settings:
         progress_file = os.path.join(ctx.log_dir, f"progress-{trial.number}.json")
         node_env[PROGRESS_FILE_ENV] = progress_file
         ctx.ui.trial_progress(trial.number, progress_file)
-        if (ctx.pruner is not None and ctx.leader is None and not is_baseline and "confirm_of" not in trial.user_attrs
-                and "trial_samples" not in trial.user_attrs and intermediate_metric(settings.objective) is not None):
+        if (
+            ctx.pruner is not None
+            and ctx.leader is None
+            and not is_baseline
+            and "confirm_of" not in trial.user_attrs
+            and "trial_samples" not in trial.user_attrs
+            and intermediate_metric(settings.objective) is not None
+        ):
             _start_watch(study, trial, settings, ctx, progress_file, int(spec["samples"]), beating)
         if ctx.leader is not None:
             launch, rendezvous = ctx.leader.publish(trial.number, spec, float(settings.trial_timeout))
@@ -155,9 +175,9 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
     """Watch a running trial's progress preview; at each milestone record its intermediate value and
     stop it (its process group) when the pruner says so (see :mod:`autotune.pruning`). Ends with ``done``."""
 
-
-
-    key, direction = intermediate_metric(settings.objective)
+    metric = intermediate_metric(settings.objective)
+    assert metric is not None, settings.objective  # the caller starts a watch only for a pruned objective
+    key, direction = metric
     steps = milestone_steps(budget)
     single = len(study.directions) == 1
     recorded: dict[int, float] = {}
@@ -181,7 +201,7 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
             if preview is None:
                 continue
             reached = [step for step in steps if preview.get("samples", 0) >= step]
-            value = preview.get(key)
+            value = cast("float | None", preview.get(key))  # a number or None, read from the JSON preview
             # only the latest milestone the preview has passed: an older one would get a later figure
             for step in reached[-1:]:
                 if step in recorded or value is None:
@@ -195,8 +215,10 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
                 except Exception:  # a database hiccup or a finished trial: never stop a trial for it
                     continue
                 if prune:
-                    ctx.pruned[trial.number] = (f"pruned at {step} of {budget} samples: {key.replace('_', ' ')} {value:.4g} is worse than "
-                                                f"the completed trials' at that point (--pruner {ctx.pruner_name})")
+                    ctx.pruned[trial.number] = (
+                        f"pruned at {step} of {budget} samples: {key.replace('_', ' ')} {value:.4g} is worse than "
+                        f"the completed trials' at that point (--pruner {ctx.pruner_name})"
+                    )
                     pgid = ctx.running.get(trial.number)
                     if pgid is not None:
                         kill_group(pgid)

@@ -1,7 +1,6 @@
 """Train the charlm example with LightningCLI: ``python examples/charlm/train.py fit --config FILE``."""
 
 from lightning.pytorch.cli import LightningCLI
-
 from model import CharTransformer, StdlibTextDataModule
 
 

@@ -70,8 +70,10 @@ class DigitsClassifier(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.features = nn.Sequential(
-            nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(channels, 2 * channels, 3, padding=1),
+            nn.ReLU(),
             nn.MaxPool2d(2),
         )
         self.head = nn.Linear(2 * channels * 16, 10)

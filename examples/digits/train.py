@@ -1,7 +1,6 @@
 """Train the digits example with LightningCLI: ``python examples/digits/train.py fit --config FILE``."""
 
 from lightning.pytorch.cli import LightningCLI
-
 from model import DigitsClassifier, DigitsDataModule
 
 
