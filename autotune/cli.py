@@ -43,21 +43,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from autotune.study.options import (
-        DEFAULT_CONFIRM,
-        DEFAULTS,
-        ENV_CONFIRM,
-        option_defaults,
-    )
-
-    opt = option_defaults()
+    """The ``autotune`` argument parser: one sub-command per job (defaults from :mod:`autotune.study.options`)."""
     parser = _Parser(prog="autotune", description="Find the fastest good training config for a Lightning model.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_search(sub, common)
+    _add_study_commands(sub, common)
+    return parser
 
+
+def _add_search(sub, common: argparse.ArgumentParser) -> None:
+    from autotune.study.options import DEFAULTS, option_defaults
+
+    opt = option_defaults()
     s = sub.add_parser("search", parents=[common], help="run (or resume) a study of real training trials and export the best config")
     s.add_argument("model_file", help="Python file defining a LightningModule (and usually a LightningDataModule)")
     s.add_argument(
@@ -86,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--num-nodes", type=_positive_int, help="nodes per trial (Lightning's num_nodes; default 1); see autotune worker --node-rank"
     )
+    _add_search_run(s)
+
+
+def _add_search_run(s: argparse.ArgumentParser) -> None:
+    """``autotune search``'s flags for where the study lives and how the search runs."""
+    from autotune.study.options import DEFAULT_CONFIRM, DEFAULTS, ENV_CONFIRM, option_defaults
+
+    opt = option_defaults()
     _add_node(s)
     _add_storage(s)
     s.add_argument("--study-name", help="study name (default: the model file's stem, or its folder's name for model.py)")
@@ -141,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process instead of forking a warm one")
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 
+
+def _add_study_commands(sub, common: argparse.ArgumentParser) -> None:
+    """``show``, ``export``, ``report``, ``worker`` and ``dashboard``."""
+    from autotune.study.options import option_defaults
+
+    opt = option_defaults()
     for name, help_text in (
         ("show", "print the trials of a study"),
         ("export", "write the recommended config of a study as LightningCLI YAML"),
@@ -174,7 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--port", type=_positive_int, default=8080)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    return parser
 
 
 def _add_node(p) -> None:

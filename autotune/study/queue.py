@@ -116,23 +116,13 @@ def drain_queue(
     _fail_stale(study)
     budget = _Budget(study, settings, seeds)
     budget.add(add)
-    slots = _plan_slots(settings, jobs)
-    if len(slots) > 1:
-        ui.info(
-            "parallel trials on disjoint resources (throughput measured under shared host resources): "
-            + "; ".join(s.description for s in slots)
-        )
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     own_pools = pools is None
-    log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if own_pools else pools.log_dir
-    ctx = _RunContext(slots, SlotPools(settings.model_file, cold, log_dir, ui) if own_pools else pools, len(slots), ui)
-    ctx.leader = leader
-    ctx.log_dir = log_dir
-    pruner = pruner or (_env_pruner(), option_defaults()["pruner_startup"])
-    ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
+    ctx = _context(settings, ui, jobs, cold, leader, pruner, pools)
+    log_dir = ctx.log_dir
     worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None)
     try:
-        ctx.pools.start_all(slots)
+        ctx.pools.start_all(ctx.slots)
         _run_workers(ctx, worker.work)
     except KeyboardInterrupt:
         raise _interrupted(study, settings, ctx, budget, storage_url) from None
@@ -149,6 +139,25 @@ def drain_queue(
     if worker.failed_baseline:
         raise _baseline_failed(study, settings, worker.failed_baseline[0])
     return len(ctx.asked)
+
+
+def _context(
+    settings: StudySettings, ui: UI, jobs: int, cold: bool, leader: Any, pruner: tuple[str, int] | None, pools: Any
+) -> _RunContext:
+    """What this call's trials share: their slots (:func:`autotune.jobs.plan_slots`), warm pools (the
+    caller's, or new ones in a new log folder), the multi-node leader and the pruner."""
+    slots = _plan_slots(settings, jobs)
+    if len(slots) > 1:
+        ui.info(
+            "parallel trials on disjoint resources (throughput measured under shared host resources): "
+            + "; ".join(s.description for s in slots)
+        )
+    log_dir = tempfile.mkdtemp(prefix="autotune-warm-") if pools is None else pools.log_dir
+    ctx = _RunContext(slots, SlotPools(settings.model_file, cold, log_dir, ui) if pools is None else pools, len(slots), ui)
+    ctx.leader, ctx.log_dir = leader, log_dir
+    pruner = pruner or (_env_pruner(), option_defaults()["pruner_startup"])
+    ctx.pruner, ctx.pruner_name = make_pruner(*pruner), pruner[0]
+    return ctx
 
 
 class _Budget:

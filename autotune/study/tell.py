@@ -86,56 +86,7 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
     kind, reason = outcome.fail_kind, outcome.fail_reason
     values = constraint = None
     if kind is None:
-        measured = _measure_attrs(outcome)
-        attrs.update(measured)
-        try:
-            loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings.monitor, settings.monitor_explicit)
-        except UsageError as e:
-            kind, reason = FailKind.MONITOR_MISSING, str(e)
-        else:
-            attrs["loss"], attrs["loss_source"] = loss, source
-            sps = measured["samples_per_sec"]
-            if not math.isfinite(loss):
-                kind, reason = FailKind.NONFINITE_LOSS, f"non-finite final {source} ({loss})"
-            elif not (math.isfinite(sps) and sps > 0):
-                kind, reason = FailKind.NO_MEASUREMENT, "no steady-state steps were measured; raise --samples"
-            else:
-                baseline = study.user_attrs.get(BASELINE_ATTR)
-                baseline_loss = loss if is_baseline else baseline["loss"]
-                if "trial_samples" in trial.user_attrs:
-                    # a short run's loss is not comparable with the baseline's full budget: its
-                    # convergence is not judged (stage 2 judges it at full budget), and the sampler is
-                    # told it is not known to be feasible (SHORT_RUN_CONSTRAINT)
-                    constraint = SHORT_RUN_CONSTRAINT
-                    attrs["constraint"], attrs["feasible"] = None, None
-                else:
-                    constraint = constraint_value(loss, baseline_loss, settings.loss_tolerance, settings.mode)
-                    attrs["constraint"] = constraint if math.isfinite(constraint) else None
-                    attrs["feasible"] = constraint <= 0
-                target = (
-                    _loss_target(study, measured["loss_curve"], settings)
-                    if is_baseline or baseline.get("loss_target") is None
-                    else baseline["loss_target"]
-                )
-                reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
-                attrs["loss_target"] = target if math.isfinite(target) else None
-                # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
-                attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
-                attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
-                attrs["target_reached"] = reach.reached
-                if settings.objective == "time-to-quality" and math.isnan(reach.seconds):
-                    kind, reason = (
-                        FailKind.NO_LOSS_CURVE,
-                        "time-to-quality needs the training loss against samples; training_step returned no loss tensor",
-                    )
-                _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
-                goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
-                if settings.objective == "goodput" and math.isnan(goodput) and kind is None:
-                    kind, reason = (
-                        FailKind.NO_NOISE_SCALE,
-                        "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)",
-                    )
-                values = objective_values(settings.objective, sps, loss, reach.seconds, goodput)
+        kind, reason, values, constraint = _judge(study, trial, attrs, _measure_attrs(outcome), settings, is_baseline)
     if kind is not None:
         attrs["fail_kind"], attrs["fail_reason"] = kind, reason
         if outcome.log_tail:
@@ -151,6 +102,67 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
             study.tell(trial, values)
     except (ValueError, RuntimeError) as e:  # Optuna raises these for a trial told elsewhere
         raise optuna.exceptions.UpdateFinishedTrialError(str(e)) from None
+
+
+def _judge(
+    study, trial, attrs: dict[str, Any], measured: dict[str, Any], settings: StudySettings, is_baseline: bool
+) -> tuple[FailKind | None, str | None, Any, float | None]:
+    """Judge a trial that trained: its loss against the baseline's, its time to the target, MFU and
+    goodput, all stored on ``attrs``. Returns ``(fail kind, reason, values told to Optuna, loss constraint)``."""
+    kind: FailKind | None = None
+    reason: str | None = None
+    values: Any = None
+    constraint: float | None = None
+    attrs.update(measured)
+    try:
+        loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings.monitor, settings.monitor_explicit)
+    except UsageError as e:
+        kind, reason = FailKind.MONITOR_MISSING, str(e)
+    else:
+        attrs["loss"], attrs["loss_source"] = loss, source
+        sps = measured["samples_per_sec"]
+        if not math.isfinite(loss):
+            kind, reason = FailKind.NONFINITE_LOSS, f"non-finite final {source} ({loss})"
+        elif not (math.isfinite(sps) and sps > 0):
+            kind, reason = FailKind.NO_MEASUREMENT, "no steady-state steps were measured; raise --samples"
+        else:
+            baseline = study.user_attrs.get(BASELINE_ATTR)
+            baseline_loss = loss if is_baseline else baseline["loss"]
+            if "trial_samples" in trial.user_attrs:
+                # a short run's loss is not comparable with the baseline's full budget: its
+                # convergence is not judged (stage 2 judges it at full budget), and the sampler is
+                # told it is not known to be feasible (SHORT_RUN_CONSTRAINT)
+                constraint = SHORT_RUN_CONSTRAINT
+                attrs["constraint"], attrs["feasible"] = None, None
+            else:
+                constraint = constraint_value(loss, baseline_loss, settings.loss_tolerance, settings.mode)
+                attrs["constraint"] = constraint if math.isfinite(constraint) else None
+                attrs["feasible"] = constraint <= 0
+            target = (
+                _loss_target(study, measured["loss_curve"], settings)
+                if is_baseline or baseline.get("loss_target") is None
+                else baseline["loss_target"]
+            )
+            reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
+            attrs["loss_target"] = target if math.isfinite(target) else None
+            # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
+            attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None
+            attrs["samples_to_target"] = reach.samples if math.isfinite(reach.samples) else None
+            attrs["target_reached"] = reach.reached
+            if settings.objective == "time-to-quality" and math.isnan(reach.seconds):
+                kind, reason = (
+                    FailKind.NO_LOSS_CURVE,
+                    "time-to-quality needs the training loss against samples; training_step returned no loss tensor",
+                )
+            _mfu_attrs(attrs, measured, sps, trial.user_attrs["config"])
+            goodput = _goodput_attrs(study, attrs, measured, sps, trial.user_attrs["effective_batch_size"], settings)
+            if settings.objective == "goodput" and math.isnan(goodput) and kind is None:
+                kind, reason = (
+                    FailKind.NO_NOISE_SCALE,
+                    "goodput needs the gradient noise scale, and no step measured it; raise --samples (at least 4 optimizer steps)",
+                )
+            values = objective_values(settings.objective, sps, loss, reach.seconds, goodput)
+    return kind, reason, values, constraint
 
 
 def _mfu_attrs(attrs: dict[str, Any], measured: Mapping[str, Any], sps: float, config: Mapping[str, Any]) -> None:

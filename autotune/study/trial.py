@@ -37,6 +37,7 @@ class _RunContext:
     def __init__(self, slots, pools, jobs: int, ui: UI):
         self.ui = ui
         self.pools = pools
+        self.slots = list(slots)
         self.jobs = jobs
         self.leader = None
         self.log_dir = "."
