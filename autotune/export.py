@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from autotune.config import TrialConfig
+from autotune.lightning_cli import set_dotted
 
 __all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml"]
 
@@ -49,14 +50,24 @@ def lightning_cli_config(
         ``(document, notes)``: the mapping to dump, and one line per value LightningCLI cannot set.
     """
     user_config = user_config or {}
-    doc: dict[str, Any] = {
-        "trainer": copy.deepcopy(dict(user_config.get("trainer", {}))),
-        "model": copy.deepcopy(dict(user_config.get("model", {}))),
-    }
-    if has_datamodule:
-        doc["data"] = copy.deepcopy(dict(user_config.get("data", {})))
+    document = user_config.get("document")
+    if document:  # the user's own file, class_path/init_args and optimizer sections kept
+        doc: dict[str, Any] = copy.deepcopy(dict(document))
+        doc["trainer"] = dict(doc.get("trainer") or {})
+        doc.setdefault("model", {})
+        if has_datamodule:
+            doc.setdefault("data", {})
+    else:
+        doc = {
+            "trainer": copy.deepcopy(dict(user_config.get("trainer", {}))),
+            "model": copy.deepcopy(dict(user_config.get("model", {}))),
+        }
+        if has_datamodule:
+            doc["data"] = copy.deepcopy(dict(user_config.get("data", {})))
     trainer = config.trainer_args()
     num_nodes = trainer.pop("num_nodes")
+    if trainer.get("strategy") == "ddp" and str(doc["trainer"].get("strategy", "")).startswith("ddp"):
+        trainer.pop("strategy")  # the user's own DDP flavour (find_unused_parameters, ...) is what the trial ran
     doc["trainer"].update(trainer)
     if num_nodes != 1:  # (a one-node run leaves num_nodes to the user's config or Lightning's default)
         doc["trainer"]["num_nodes"] = num_nodes
@@ -78,16 +89,16 @@ def _set_knobs(doc: dict[str, Any], config: TrialConfig, targets: Mapping[str, M
         value = getattr(config, knob)
         if value is None:
             continue
-        section = "model" if target["owner"] == "model" else "data"
-        if target["how"] == "init":
-            doc.setdefault(section, {})[target["name"]] = value
+        section = target["owner"]
+        if target["how"] == "init":  # the dotted path the trial set (autotune.target.knob_overrides)
+            set_dotted(doc, f"{section}.{target['name']}", value)
         else:
             owner = "LightningModule" if section == "model" else "LightningDataModule"
             where = f"hparams[{target['name']!r}]" if target["how"] == "hparams" else target["name"]
             notes.append(f"{knob}: {value!r}  # set {owner}.{where} in your code (it is not a constructor argument)")
     for section, args in (("model", config.model_args), ("data", config.data_args)):
         for name, value in (args or {}).items():
-            doc.setdefault(section, {})[name] = value
+            set_dotted(doc, f"{section}.{name}", value)
     return notes
 
 
@@ -106,7 +117,7 @@ def _extended_notes(
         if value is None or unchanged(knob) or (knob == "prefetch_factor" and config.num_workers == 0):
             continue  # (PyTorch takes prefetch_factor only with worker processes)
         if knob in loader_args:
-            doc.setdefault(loader_owner, {})[knob] = value
+            set_dotted(doc, f"{loader_owner}.{knob}", value)
         else:
             notes.append(
                 f"{knob}: {value!r}  # pass {knob}={value!r} to the DataLoader(...) your train_dataloader()/val_dataloader() return"
@@ -181,7 +192,7 @@ def config_from_lightning_cli(
             key = f"{arg[0]}_args"
             changes[key] = {**(changes.get(key) or getattr(baseline, key) or {}), arg[1]: args[arg[1]]}
     for knob, target in targets.items():
-        section = document.get("model" if target["owner"] == "model" else "data") or {}
+        section = document.get(target["owner"]) or {}
         args = section.get("init_args", section) if isinstance(section, Mapping) else {}
         if target["how"] == "init" and target["name"] in args:
             changes[knob] = args[target["name"]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from autotune.errors import ModelFileError, UsageError
 
 __all__ = [
     "KnobTarget",
+    "apply_attribute_knobs",
     "build_objects",
     "check_model_file",
     "find_classes",
@@ -199,21 +201,27 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
 CLI_EXTRA_KEYS = ("seed_everything", "ckpt_path", "optimizer", "lr_scheduler")
 
 
-def read_user_config(path: str | Path | None) -> dict[str, Any]:
+def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, Any]:
     """Read a LightningCLI-style YAML (``trainer:``, ``model:``, ``data:``) into plain dicts.
 
     ``model:``/``data:`` may hold plain values or ``class_path``/``init_args``; only ``init_args`` (or
     the plain values) are kept. LightningCLI's other top-level keys (:data:`CLI_EXTRA_KEYS`) are kept
     under ``"extra"`` and copied into the export.
 
+    Args:
+        path: The YAML file, or ``None`` (empty sections).
+        strict: Refuse top-level keys LightningCLI's own parser does not have (a user's
+            ``LightningCLI`` subclass may add its own: then ``False``, and its parser checks them).
+
     Returns:
-        ``{"trainer": {...}, "model": {...}, "data": {...}, "extra": {...}}``.
+        ``{"trainer": {...}, "model": {...}, "data": {...}, "extra": {...}, "document": {...}}``:
+        ``document`` is the whole file, as LightningCLI reads it (see :mod:`autotune.lightning_cli`).
 
     Raises:
         UsageError: Missing file, invalid YAML, an unknown top-level key, or a section that is not
             a mapping.
     """
-    empty: dict[str, Any] = {"trainer": {}, "model": {}, "data": {}, "extra": {}}
+    empty: dict[str, Any] = {"trainer": {}, "model": {}, "data": {}, "extra": {}, "document": {}}
     if path is None:
         return empty
     path = Path(path)
@@ -229,7 +237,7 @@ def read_user_config(path: str | Path | None) -> dict[str, Any]:
         raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
     allowed = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
     unknown = sorted(set(data) - set(allowed))
-    if unknown:
+    if unknown and strict:
         raise UsageError(f"{path}: unknown top-level key(s) {unknown}; a LightningCLI config has {list(allowed)}")
     out = dict(empty)
     for section in ("trainer", "model", "data"):
@@ -240,6 +248,7 @@ def read_user_config(path: str | Path | None) -> dict[str, Any]:
             value = value.get("init_args") or {}
         out[section] = dict(value)
     out["extra"] = {k: data[k] for k in CLI_EXTRA_KEYS if k in data}
+    out["document"] = json.loads(json.dumps(data, default=str))  # JSON-ready: stored with the study
     return out
 
 
@@ -332,6 +341,20 @@ def _init_kwargs(cls: type, given: Mapping[str, Any], section: str) -> dict[str,
     return dict(given)
 
 
+def apply_attribute_knobs(targets: Mapping[str, KnobTarget], values: Mapping[str, Any], model: Any, datamodule: Any) -> None:
+    """Set the knobs that have no constructor argument on built objects: as an attribute, or in
+    ``model.hparams`` (see :func:`locate_knobs`)."""
+    objects = {"model": model, "data": datamodule}
+    for knob, target in targets.items():
+        if knob not in values or target.how == "init":
+            continue
+        obj = objects[target.owner]
+        if target.how == "attr":
+            setattr(obj, target.name, values[knob])
+        else:
+            obj.hparams[target.name] = values[knob]
+
+
 def build_objects(
     model_cls: type,
     data_cls: type | None,
@@ -356,15 +379,7 @@ def build_objects(
             kwargs[target.owner][target.name] = values[knob]
     datamodule = data_cls(**_init_kwargs(data_cls, kwargs["data"], "data")) if data_cls is not None else None
     model = model_cls(**_init_kwargs(model_cls, kwargs["model"], "model"))
-    objects = {"model": model, "data": datamodule}
-    for knob, target in targets.items():
-        if knob not in values or target.how == "init":
-            continue
-        obj = objects[target.owner]
-        if target.how == "attr":
-            setattr(obj, target.name, values[knob])
-        else:
-            obj.hparams[target.name] = values[knob]
+    apply_attribute_knobs(targets, values, model, datamodule)
     return model, datamodule
 
 

@@ -196,7 +196,8 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
 
     Args:
         source: Where the model comes from: a study's settings or a model inspection's report (keys
-            ``model_file``, ``model_class``, ``data_class``, ``config_file``, ``user_config``, ``targets``).
+            ``model_file``, ``model_class``, ``data_class``, ``config_file``, ``user_config``, ``targets``,
+            ``cli``).
         config: The trial's config (:meth:`autotune.config.TrialConfig.to_dict`).
         samples: Training samples of the trial (>= 1).
         seed: Seed of ``seed_everything`` in every rank.
@@ -208,6 +209,7 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
         "config_file": source.get("config_file"),
         "user_config": source.get("user_config"),
         "targets": source["targets"],
+        "cli": source.get("cli"),
         "config": dict(config),
         "samples": int(samples),
         "seed": seed,

@@ -30,7 +30,8 @@ from autotune.errors import UsageError
 
 __all__ = ["inspect_model", "main", "run_trial", "total_batches", "trainer_kwargs"]
 
-#: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are ignored.
+#: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are replaced
+#: (docs/model.md lists them). ``callbacks``, ``strategy`` options and ``max_epochs`` are the user's.
 _OWNED_TRAINER_KEYS = {
     "accelerator",
     "devices",
@@ -39,7 +40,6 @@ _OWNED_TRAINER_KEYS = {
     "precision",
     "accumulate_grad_batches",
     "max_steps",
-    "max_epochs",
     "min_steps",
     "min_epochs",
     "max_time",
@@ -48,7 +48,6 @@ _OWNED_TRAINER_KEYS = {
     "num_sanity_val_steps",
     "val_check_interval",
     "check_val_every_n_epoch",
-    "callbacks",
     "logger",
     "enable_checkpointing",
     "enable_progress_bar",
@@ -87,20 +86,29 @@ def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
 def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str) -> dict[str, Any]:
     """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's.
 
-    Training stops after the batches of the sample budget (the measurement callback sets
-    ``trainer.should_stop``; ``max_steps`` would stop early when an epoch ends inside an
-    accumulation window, since Lightning steps there); validation runs once, right after the
-    last training batch (``val_check_interval`` = the trial's batches, counted across epochs), inside
-    ``fit``.
+    The user's settings are kept (gradient clipping, ``max_epochs``, precision plugins' options,
+    ...) except the keys autotune owns (:data:`_OWNED_TRAINER_KEYS`). ``max_steps`` is the budget's
+    optimizer steps, so ``trainer.estimated_stepping_batches`` is what a scheduler such as OneCycleLR
+    expects; the measurement callback stops training after the planned batches. Validation runs at
+    every epoch's end (an epoch shorter than the budget: an epoch-end ReduceLROnPlateau finds its
+    metric) and once more when the budget ends (``Trainer.should_stop``).
+
+    Args:
+        config: The trial's config.
+        samples: Training samples of the trial (>= 1).
+        user_trainer: The user's trainer settings (``trainer:`` of ``--config``; callbacks apart).
+        root_dir: The trial's folder (``default_root_dir``).
     """
-    kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS}
-    _, batches = total_batches(config, samples)
+    kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS and k != "callbacks"}
+    steps, _ = total_batches(config, samples)
     kwargs.update(config.trainer_args())
+    if config.strategy == "ddp" and _is_ddp(user_trainer.get("strategy")):
+        kwargs["strategy"] = user_trainer["strategy"]  # the user's DDP options (find_unused_parameters, ...)
     kwargs.update(
-        max_steps=-1,  # the measurement callback stops training after the planned batches
-        max_epochs=-1,
-        val_check_interval=batches,
-        check_val_every_n_epoch=None,
+        max_steps=steps,
+        max_epochs=user_trainer.get("max_epochs") or -1,
+        val_check_interval=None,
+        check_val_every_n_epoch=1,
         limit_val_batches=user_trainer.get("limit_val_batches", 1.0),
         num_sanity_val_steps=0,
         logger=False,
@@ -112,14 +120,80 @@ def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str,
     return kwargs
 
 
+def _is_ddp(strategy: Any) -> bool:
+    """Whether a user's ``strategy`` is a flavour of DDP (a registry name such as
+    ``ddp_find_unused_parameters_true``, or a ``DDPStrategy`` object)."""
+    if isinstance(strategy, str):
+        return strategy.startswith("ddp")
+    return type(strategy).__name__ == "DDPStrategy"
+
+
+def ddp_strategy(pl: Any, strategy: Any, start_method: str) -> Any:
+    """A ``DDPStrategy`` with ``start_method`` (warm trials fork their ranks) and the options of the
+    user's DDP ``strategy`` (a registry name or a ``DDPStrategy``), e.g. ``find_unused_parameters``."""
+    options: dict[str, Any] = {}
+    if isinstance(strategy, str) and strategy in pl.strategies.StrategyRegistry:
+        options = dict(pl.strategies.StrategyRegistry[strategy].get("init_params") or {})
+    elif type(strategy).__name__ == "DDPStrategy":
+        options = dict(getattr(strategy, "_ddp_kwargs", {}) or {})
+    options.pop("start_method", None)
+    return pl.strategies.DDPStrategy(start_method=start_method, **options)
+
+
+#: Callbacks that need what a trial turns off (checkpoints, a logger, the progress bar, the summary).
+_DROPPED_CALLBACKS = ("Checkpoint", "ProgressBar", "ModelSummary", "LearningRateMonitor", "DeviceStatsMonitor")
+
+
+def user_callbacks(pl: Any, callbacks: list[Any]) -> list[Any]:
+    """The user's callbacks a trial keeps: all but checkpointing, progress bars, model summaries and
+    the monitors that need a logger (a trial has none of them)."""
+    dropped = tuple(getattr(pl.callbacks, name) for name in _DROPPED_CALLBACKS if hasattr(pl.callbacks, name))
+    return [c for c in callbacks if not isinstance(c, dropped)]
+
+
 def _load(spec: Mapping[str, Any]):
-    """The user's classes and config: the study's snapshot of ``--config`` when the spec has one."""
+    """The user's classes, config and LightningCLI class: the study's snapshot of ``--config`` and
+    the CLI class it found when the spec has them (a trial), else found now (an inspection)."""
+    from autotune.lightning_cli import find_cli_class
     from autotune.loader import find_classes, load_user_module, read_user_config
 
     module = load_user_module(spec["model_file"])
     model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
-    user_config = spec.get("user_config") or read_user_config(spec.get("config_file"))
-    return model_cls, data_cls, user_config
+    if "cli" in spec:
+        cli = spec["cli"]
+    else:
+        found = find_cli_class(spec["model_file"])
+        cli = found.to_dict() if found else None
+    user_config = spec.get("user_config") or read_user_config(spec.get("config_file"), strict=cli is None)
+    return model_cls, data_cls, user_config, cli
+
+
+def knob_overrides(targets: Mapping[str, Any], config: TrialConfig) -> dict[str, Any]:
+    """Dotted config paths and values of a trial's knobs that LightningCLI sets: the knobs applied
+    through constructor (or optimizer) arguments, and the searched ``model_args``/``data_args``."""
+    out = {
+        f"{t.owner}.{t.name}": getattr(config, knob) for knob, t in targets.items() if t.how == "init" and getattr(config, knob) is not None
+    }
+    out.update({f"model.{k}": v for k, v in (config.model_args or {}).items()})
+    out.update({f"data.{k}": v for k, v in (config.data_args or {}).items()})
+    return out
+
+
+def _build(
+    spec: Mapping[str, Any],
+    model_cls: Any,
+    data_cls: Any,
+    user_config: Mapping[str, Any],
+    cli: Any,
+    overrides: Mapping[str, Any],
+    work_dir: str,
+):
+    """:func:`autotune.lightning_cli.build` with the user's (or Lightning's) CLI class, in the package the model uses."""
+    from autotune.lightning_cli import build, load_cli_class
+    from autotune.loader import lightning_package
+
+    cli_class = load_cli_class(cli, lightning_package(model_cls))
+    return build(cli_class, model_cls, data_cls, user_config.get("document"), overrides, int(spec.get("seed", 0)), work_dir)
 
 
 def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,13 +211,21 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         UsageError: The model file or config is unusable, or the batch size cannot be applied.
     """
+    import tempfile
+
     from autotune.hardware import probe_hardware
-    from autotune.loader import _init_params, build_objects, locate_knobs, read_knob
+    from autotune.loader import KnobTarget, _init_params, locate_knobs, read_knob
 
     hardware = probe_hardware()
-    model_cls, data_cls, user_config = _load(spec)
-    model, datamodule = build_objects(model_cls, data_cls, user_config, {}, {})
+    model_cls, data_cls, user_config, cli = _load(spec)
+    with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as work_dir:
+        built = _build(spec, model_cls, data_cls, user_config, cli, {}, work_dir)
+    model, datamodule = built.model, built.datamodule
     targets = locate_knobs(model_cls, data_cls, model, datamodule)
+    optimizer = built.config.get("optimizer")
+    if isinstance(optimizer, Mapping) and optimizer.get("class_path"):
+        # the config picks the optimizer (LightningCLI replaces configure_optimizers): lr is its argument
+        targets["lr"] = KnobTarget("lr", "optimizer", "init", "lr")
     if "batch_size" not in targets:
         raise UsageError(
             f"{spec['model_file']}: autotune cannot set the batch size: give {data_cls.__name__ if data_cls else model_cls.__name__} "
@@ -151,17 +233,17 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
         )
     baseline: dict[str, Any] = {}
     for knob, target in targets.items():
-        section = user_config["model" if target.owner == "model" else "data"]
-        value = section.get(target.name) if target.how == "init" and target.name in section else read_knob(target, model, datamodule)
-        baseline[knob] = value
-    trainer_cfg = user_config["trainer"]
-    baseline["precision"] = _canonical_precision(trainer_cfg.get("precision", "32-true"))
-    baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches", 1))
+        parsed = _parsed_value(built.config, f"{target.owner}.{target.name}") if target.how == "init" else None
+        baseline[knob] = parsed if parsed is not None else read_knob(target, model, datamodule)
+    trainer_cfg = built.trainer
+    baseline["precision"] = _canonical_precision(trainer_cfg.get("precision") or "32-true")
+    baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches") or 1)
     if baseline.get("num_workers") is None:
         baseline["num_workers"] = 0
     train_samples, loader = _train_loader(datamodule or model)
     return {
         "hardware": hardware.to_dict(),
+        "cli": cli,
         "user_config": user_config,
         "train_samples": train_samples,
         "model_info": _model_info(model_cls, data_cls, model, user_config, loader),
@@ -174,6 +256,18 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "data": [p for p in _init_params(data_cls) if p != "self"] if data_cls else [],
         },
     }
+
+
+def _parsed_value(config: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path of a parsed LightningCLI config (through ``init_args``), or ``None``."""
+    node: Any = config
+    for key in path.split("."):
+        if isinstance(node, Mapping) and "init_args" in node and key not in node:
+            node = node["init_args"]
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 def _train_loader(holder: Any) -> tuple[int | None, Any]:
@@ -356,7 +450,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
 
         from autotune.callback import measure_callback_class
         from autotune.hardware import available_cpu_count
-        from autotune.loader import KnobTarget, build_objects, lightning_package
+        from autotune.loader import KnobTarget, apply_attribute_knobs, lightning_package
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
@@ -364,27 +458,23 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             os.sched_setaffinity(0, {int(c) for c in os.environ["AUTOTUNE_CPUS"].split(",")})
         if config.accelerator == "cpu":
             torch.set_num_threads(max(1, available_cpu_count() // config.devices))
-        model_cls, data_cls, user_config = _load(spec)
-        if config.model_args or config.data_args:  # searched constructor arguments, the same on every rank
-            user_config = {
-                **user_config,
-                "model": {**user_config.get("model", {}), **(config.model_args or {})},
-                "data": {**user_config.get("data", {}), **(config.data_args or {})},
-            }
+        model_cls, data_cls, user_config, cli = _load(spec)
         if config.float32_matmul_precision:
             torch.set_float32_matmul_precision(config.float32_matmul_precision)
         pl = lightning_package(model_cls)  # lightning.pytorch or pytorch_lightning, as the model uses
-        pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         targets = {k: KnobTarget(**t) for k, t in spec["targets"].items()}
-        model, datamodule = build_objects(model_cls, data_cls, user_config, targets, {k: getattr(config, k) for k in targets})
+        # built as the user's LightningCLI builds it (it seeds everything first), the knobs as overrides
+        built = _build(spec, model_cls, data_cls, user_config, cli, knob_overrides(targets, config), str(out_dir))
+        model, datamodule = built.model, built.datamodule
+        apply_attribute_knobs(targets, {k: getattr(config, k) for k in targets}, model, datamodule)
         if config.pin_memory is not None or config.prefetch_factor is not None:
             _apply_loader_options(datamodule if datamodule is not None else model, config)
         if config.channels_last:
             model = _apply_channels_last(model)
         _, batches = total_batches(config, int(spec["samples"]))
-        kwargs = trainer_kwargs(config, int(spec["samples"]), user_config["trainer"], str(out_dir))
+        kwargs = trainer_kwargs(config, int(spec["samples"]), built.trainer, str(out_dir))
         if spec.get("start_method") and config.strategy == "ddp":  # warm trials fork their ranks
-            kwargs["strategy"] = pl.strategies.DDPStrategy(start_method=spec["start_method"])
+            kwargs["strategy"] = ddp_strategy(pl, kwargs["strategy"], spec["start_method"])
         callback = measure_callback_class(pl)(
             batch_size=config.batch_size,
             num_workers=config.num_workers if "num_workers" in targets else None,
@@ -393,7 +483,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             out_dir=str(out_dir),
             static={"config": config.to_dict()},
         )
-        trainer = pl.Trainer(callbacks=[callback], **kwargs)
+        trainer = pl.Trainer(callbacks=[*user_callbacks(pl, built.callbacks), callback], **kwargs)
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)
         if str(trainer.precision) != config.precision:
             raise TrialFault(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.export import lightning_cli_config, render_yaml
@@ -42,6 +45,16 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
+def run_hint(cli: Mapping[str, Any] | None, out: Path) -> str:
+    """The command that trains with the export: the user's LightningCLI script when autotune found
+    it (``fit`` only when the script runs the CLI with subcommands), else a placeholder script name."""
+    if not cli:
+        return f"python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}"
+    script = os.path.relpath(cli["file"])
+    script = cli["file"] if script.startswith("..") else script
+    return f"python {script}{' fit' if cli.get('subcommands', True) else ''} --config {out}"
+
+
 def export_study(study, settings: StudySettings, trial, baseline, out: Path, storage_url: str) -> Path:
     """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
 
@@ -72,7 +85,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
-        f"run: python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}",
+        f"run: {run_hint(settings.cli, out)}",
         "",
     ]
     check_out_path(out)

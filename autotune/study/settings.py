@@ -93,6 +93,8 @@ class StudySettings:
         memory_model: Per precision, the memory model's fit (``fixed_gib``, ``per_sample_gib``,
             ``max_batch``, ``probes``), or ``None`` without ``--memory-limit`` (or a GPU).
         memory_limit_gib, memory_model_margin: The memory limit (GiB) and the share kept free (0 <= x < 1).
+        cli: The user's ``LightningCLI`` subclass every trial parses the config with
+            (:class:`autotune.lightning_cli.CliClass` as a dict), or ``None`` for Lightning's own.
     """
 
     study_name: str
@@ -122,6 +124,7 @@ class StudySettings:
     memory_model: dict[str, Any] | None = None
     memory_limit_gib: float | None = None
     memory_model_margin: float = 0.1
+    cli: dict[str, Any] | None = None
 
     @property
     def baseline(self) -> TrialConfig:
@@ -254,6 +257,8 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     report = inspect_process(
         {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file}
     )
+    if report.get("cli") and report["cli"]["name"] != "LightningCLI":
+        ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
     hardware = Hardware.from_dict(report["hardware"])
     devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
     if devices < 1:
@@ -316,6 +321,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
         "memory_model": memory_model,
         "memory_limit_gib": limit,
         "memory_model_margin": opts.memory_margin,
+        "cli": report.get("cli"),
     }
     for key, default in DEFAULTS.items():
         value = getattr(opts, key)

@@ -1,0 +1,259 @@
+"""The user's objects, built the way their own LightningCLI builds them (trial processes only).
+
+A trial must train exactly what ``python train.py fit --config config.yaml`` would: the same
+``class_path``/``init_args`` (subclass mode), nested objects, ``optimizer:`` and ``lr_scheduler:``
+sections, ``link_arguments`` of the user's ``LightningCLI`` subclass, and the user's trainer
+settings. So every trial parses the user's config with LightningCLI's own parser (jsonargparse),
+with the trial's knobs as overrides at their dotted paths (``--data.batch_size=64``,
+``--optimizer.init_args.lr=0.01``), as a user would type them. The Trainer is not built by the
+CLI: :func:`build` returns the user's trainer settings and callbacks, and the trial process builds
+its own Trainer from them (see :func:`autotune.target.trainer_kwargs`).
+
+The CLI class is the user's own ``LightningCLI`` subclass when there is one (:func:`find_cli_class`):
+defined in the model file, or in a training script beside it that imports the model file.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UsageError
+
+__all__ = ["Built", "CliClass", "build", "cli_overrides", "find_cli_class", "load_cli_class", "set_dotted"]
+
+#: Names the user's code may import LightningCLI under.
+_CLI_BASES = {"LightningCLI"}
+
+
+@dataclass(frozen=True)
+class CliClass:
+    """Where the user's ``LightningCLI`` subclass is.
+
+    Attributes:
+        file: Absolute path of the Python file that defines it.
+        name: The class name.
+        subcommands: Whether the script runs it with subcommands (``run=True``, the default:
+            ``python train.py fit --config ...``) or with ``run=False`` (no subcommand).
+    """
+
+    file: str
+    name: str
+    subcommands: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "name": self.name, "subcommands": self.subcommands}
+
+
+@dataclass
+class Built:
+    """What LightningCLI built for a trial.
+
+    Attributes:
+        model: The LightningModule (its ``configure_optimizers`` replaced by the config's
+            ``optimizer:``/``lr_scheduler:`` sections when they are given, as LightningCLI does).
+        datamodule: The LightningDataModule, or ``None``.
+        trainer: The user's trainer settings: only the keys their config (or CLI defaults) set,
+            instantiated (callbacks are objects).
+        callbacks: The user's callbacks (``trainer.callbacks`` and the CLI's callback arguments).
+        config: The parsed config as plain data (``parser.dump``), links applied.
+    """
+
+    model: Any
+    datamodule: Any
+    trainer: dict[str, Any] = field(default_factory=dict)
+    callbacks: list[Any] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _subclasses_cli(node: ast.ClassDef) -> bool:
+    for base in node.bases:
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+        if name in _CLI_BASES:
+            return True
+    return False
+
+
+def _run_false(tree: ast.Module, name: str) -> bool:
+    """Whether the file calls ``name(..., run=False)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+            for kw in node.keywords:
+                if kw.arg == "run" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
+                    return True
+    return False
+
+
+def _imports(tree: ast.Module, module: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            return True
+        if isinstance(node, ast.Import) and any(alias.name == module for alias in node.names):
+            return True
+    return False
+
+
+def _called_on_import(tree: ast.Module, name: str) -> bool:
+    """Whether a top-level statement (outside ``if __name__ == "__main__":``) calls ``name``: importing
+    such a script would run the CLI."""
+    for node in tree.body:
+        if isinstance(node, (ast.Expr, ast.Assign)):
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == name:
+                    return True
+    return False
+
+
+def find_cli_class(model_file: str | Path) -> CliClass | None:
+    """The user's ``LightningCLI``, found without running any code.
+
+    Looked for in the model file, then in the ``.py`` files of its folder that import the model file
+    (a training script such as ``train.py``): the first class that derives from ``LightningCLI``
+    (its links and parser defaults then apply in every trial), else the first script that calls
+    ``LightningCLI(...)`` itself (for the export's run line; trials use Lightning's class). A
+    subclass whose script would run it when imported is passed over.
+
+    Returns:
+        Its :class:`CliClass` (``name`` is ``"LightningCLI"`` for a plain call), or ``None``.
+    """
+    model_file = Path(model_file).resolve()
+    candidates = [model_file, *sorted(p for p in model_file.parent.glob("*.py") if p != model_file)]
+    plain: CliClass | None = None
+    for path in candidates:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, OSError, ValueError):
+            continue
+        if path != model_file and not _imports(tree, model_file.stem):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and _subclasses_cli(node) and not _called_on_import(tree, node.name):
+                return CliClass(str(path), node.name, subcommands=not _run_false(tree, node.name))
+        if plain is None and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) in _CLI_BASES for n in ast.walk(tree)):
+            plain = CliClass(str(path), "LightningCLI", subcommands=not _run_false(tree, "LightningCLI"))
+    return plain
+
+
+def load_cli_class(cli: Mapping[str, Any] | None, package: Any = None) -> type:
+    """The ``LightningCLI`` class to build with: the user's (imported from its file), else Lightning's.
+
+    Args:
+        cli: :meth:`CliClass.to_dict`, or ``None``.
+        package: ``lightning.pytorch`` or ``pytorch_lightning``, as the model uses (default the first).
+
+    Raises:
+        UsageError: The file cannot be imported or no longer defines the class.
+    """
+    import importlib
+
+    package_name = getattr(package, "__name__", "lightning.pytorch")
+    LightningCLI = importlib.import_module(f"{package_name}.cli").LightningCLI
+
+    if not cli or cli["name"] in _CLI_BASES:  # none, or the script calls Lightning's own class
+        return LightningCLI
+    from autotune.loader import load_user_module
+
+    module = load_user_module(cli["file"])
+    cls = getattr(module, cli["name"], None)
+    if not (isinstance(cls, type) and issubclass(cls, LightningCLI)):
+        raise UsageError(f"{cli['file']}: no LightningCLI subclass {cli['name']!r} any more; the study was made with it")
+    return cls
+
+
+def set_dotted(document: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``value`` at a dotted ``path`` (``data.batch_size``, ``optimizer.lr``) of a LightningCLI
+    config document as LightningCLI reads it: under ``init_args`` where a section names its class
+    (``class_path``), else directly. Missing sections are created."""
+    keys = path.split(".")
+    node = document
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+        if "class_path" in node:  # the section names its class: its arguments are under init_args
+            if not isinstance(node.get("init_args"), dict):
+                node["init_args"] = {}
+            node = node["init_args"]
+    node[keys[-1]] = value
+
+
+def cli_overrides(values: Mapping[str, Any]) -> list[str]:
+    """Command-line arguments that set each dotted path to its value (``--data.batch_size=64``).
+
+    Values are written as JSON, which jsonargparse reads back with their types.
+    """
+    return [f"--{path}={json.dumps(value)}" for path, value in values.items()]
+
+
+def build(
+    cli_class: type,
+    model_class: type,
+    datamodule_class: type | None,
+    document: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any],
+    seed: int,
+    work_dir: str | Path,
+) -> Built:
+    """Parse the user's config with the trial's overrides and instantiate model and datamodule.
+
+    Args:
+        cli_class: ``LightningCLI`` or the user's subclass (:func:`load_cli_class`).
+        model_class, datamodule_class: The user's classes (the config's ``class_path`` may name a
+            subclass of them).
+        document: The user's ``--config`` as a mapping, or ``None``.
+        overrides: Dotted path to value (the trial's knobs).
+        seed: ``seed_everything`` of the trial (the study's seed).
+        work_dir: A folder for the config file handed to the parser.
+
+    Raises:
+        UsageError: The parser refused the config or an override (its message, one line).
+    """
+    args: list[str] = []
+    document = dict(document or {})
+    if document:
+        path = Path(work_dir) / "autotune-config.json"
+        path.write_text(json.dumps({k: v for k, v in document.items() if k != "seed_everything"}))
+        args += ["--config", str(path)]
+    args += cli_overrides({"seed_everything": seed, **overrides})
+    subclass_model = isinstance(document.get("model"), Mapping) and "class_path" in document["model"]
+    subclass_data = isinstance(document.get("data"), Mapping) and "class_path" in document["data"]
+    trainer_keys = set(document.get("trainer") or {})
+
+    class TrialCLI(cli_class):
+        """The user's CLI, whose Trainer the trial process builds itself."""
+
+        def instantiate_trainer(self, **kwargs: Any) -> Any:
+            config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+            self.autotune_callbacks = [self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys]
+            defaults = self.parser.get_defaults().get("trainer", {})
+            self.autotune_trainer = {k: v for k, v in config.items() if k in trainer_keys or v != defaults.get(k)}
+            return None
+
+    try:
+        cli = TrialCLI(
+            model_class,
+            datamodule_class,
+            save_config_callback=None,
+            subclass_mode_model=subclass_model,
+            subclass_mode_data=subclass_data,
+            args=args,
+            run=False,
+            parser_kwargs={"exit_on_error": False},
+        )
+    except SystemExit as e:  # a parser that exits despite exit_on_error
+        raise UsageError(f"LightningCLI refused the config (exit code {e.code}); run your own CLI with it to see why") from None
+    except Exception as e:
+        if type(e).__name__ in ("ArgumentError", "NSKeyError", "ValueError", "TypeError"):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UsageError(f"LightningCLI refused the config: {first}") from None
+        raise
+    callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]
+    for extra in cli.autotune_callbacks:
+        callbacks += extra if isinstance(extra, list) else [extra] if extra is not None else []
+    dumped = cli.parser.dump(cli.config, skip_none=False, format="json")
+    return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped))

@@ -1,0 +1,142 @@
+"""Real Lightning projects, unchanged: every trial trains what the user's own LightningCLI would run.
+
+Each test copies a small project of tests/models/ (a model file, its LightningCLI script and config)
+to a temporary folder, searches it, and reads back from the trials' logged metrics what really ran.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import MODELS, load
+
+from autotune.lightning_cli import find_cli_class, set_dotted
+
+
+def _project(tmp_path, name):
+    folder = tmp_path / name
+    shutil.copytree(MODELS / name, folder)
+    return folder
+
+
+def _complete(study):
+    return [t for t in study.trials if t.state.name == "COMPLETE"]
+
+
+def test_the_users_cli_class_is_found_without_running_any_script(tmp_path):
+    linked = _project(tmp_path, "cli_linked")
+    found = find_cli_class(linked / "model.py")
+    assert (found.name, found.file, found.subcommands) == ("LinkedCLI", str(linked / "train.py"), True)
+    plain = find_cli_class(_project(tmp_path, "cli_project") / "model.py")
+    assert plain.name == "LightningCLI"  # train.py calls Lightning's own class: trials use it too
+    (linked / "runs.py").write_text("from model import LinkedModel\nfrom lightning.pytorch.cli import LightningCLI\n"
+                                    "class EagerCLI(LightningCLI):\n    pass\nEagerCLI(LinkedModel)\n")
+    (linked / "train.py").unlink()
+    assert find_cli_class(linked / "model.py") is None  # importing runs.py would train: passed over
+    assert find_cli_class(MODELS / "tiny.py") is None
+
+
+def test_set_dotted_writes_where_lightning_cli_reads():
+    doc = {"model": {"class_path": "m.Net", "init_args": {"depth": 2}}, "data": {"batch_size": 8}, "optimizer": {"class_path": "torch.optim.Adam"}}
+    set_dotted(doc, "model.depth", 3)
+    set_dotted(doc, "data.batch_size", 64)
+    set_dotted(doc, "optimizer.lr", 0.01)
+    set_dotted(doc, "trainer.precision", "bf16-mixed")
+    assert doc == {
+        "model": {"class_path": "m.Net", "init_args": {"depth": 3}},
+        "data": {"batch_size": 64},
+        "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.01}},
+        "trainer": {"precision": "bf16-mixed"},
+    }
+
+
+@pytest.mark.slow
+def test_a_cli_project_trains_its_config_in_every_trial_and_the_export_builds_the_same(tmp_path, cli):
+    project = _project(tmp_path, "cli_project")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (project / "space.yaml").write_text("batch_size: [16, 32]\nlr: {low: 0.5, high: 2.0, log: true, relative: true}\n")
+    cli("search", "model.py", "--config", "config.yaml", "--space", "space.yaml", "--trials", 3, "--samples", 1024,
+        cwd=project, env={"CLI_PROJECT_MARKS": str(marks)}, check_rc=0)
+    study = load(project / "studies" / "cli_project.db", "cli_project")
+    trials = _complete(study)
+    assert len(trials) == 3, [(t.number, t.user_attrs.get("fail_reason")) for t in study.trials]
+    for t in trials:
+        ran, config = t.user_attrs["metrics"], t.user_attrs["config"]
+        assert ran["ran_adam"] == 1.0 and ran["ran_scheduler"] == 1.0  # the config's optimizer: and lr_scheduler:
+        assert ran["ran_initial_lr"] == pytest.approx(config["lr"], rel=1e-6)  # lr tunes optimizer.init_args.lr
+        assert ran["ran_encoder_hidden"] == 24.0  # the nested class_path object, as configured
+        assert ran["ran_gradient_clip_val"] == 0.5  # the user's trainer settings are kept
+    assert len(list(marks.iterdir())) >= 1  # the user's own callback ran (ModelCheckpoint was left out)
+    assert study.user_attrs["autotune"]["targets"]["lr"]["owner"] == "optimizer"
+
+    export = project / "studies" / "cli_project.best.yaml"
+    text = export.read_text()
+    assert "# run: python train.py fit --config" in text
+    doc = yaml.safe_load(text)
+    assert doc["model"]["class_path"] == "model.Classifier" and doc["model"]["init_args"]["encoder"]["init_args"]["hidden"] == 24
+    assert doc["trainer"]["gradient_clip_val"] == 0.5 and doc["lr_scheduler"]["class_path"] == "torch.optim.lr_scheduler.StepLR"
+    recommended = next(t for t in trials if t.number == _recommended_number(study))
+    # the export, loaded back through the user's LightningCLI, builds the trial's optimizer, lr, batch size, precision
+    code = (
+        "import json, sys\nfrom lightning.pytorch.cli import LightningCLI\nfrom model import Blobs, Classifier\n"
+        "cli = LightningCLI(Classifier, Blobs, subclass_mode_model=True, subclass_mode_data=True, run=False, "
+        "save_config_callback=None, args=['--config', sys.argv[1]])\n"
+        "opt = cli.model.configure_optimizers()[0][0]\n"
+        "print(json.dumps({'optimizer': type(opt).__name__, 'lr': opt.param_groups[0]['lr'], "
+        "'batch_size': cli.datamodule.batch_size, 'precision': str(cli.trainer.precision)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(export)], cwd=project, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    built = json.loads(out.stdout.strip().splitlines()[-1])
+    config = recommended.user_attrs["config"]
+    assert built == {"optimizer": "Adam", "lr": pytest.approx(config["lr"]), "batch_size": config["batch_size"],
+                     "precision": config["precision"]}
+
+
+def _recommended_number(study):
+    from autotune.study import recommendation
+    from autotune.study.settings import settings_of
+
+    recommended, _ = recommendation(study, settings_of(study))
+    return recommended.number
+
+
+@pytest.mark.slow
+def test_a_linked_batch_size_reaches_every_linked_target(tmp_path, cli):
+    project = _project(tmp_path, "cli_linked")
+    (project / "space.yaml").write_text("batch_size: [32, 128]\n")
+    r = cli("search", "model.py", "--space", "space.yaml", "--sampler", "grid", "--trials", 2, "--samples", 1024,
+            cwd=project, check_rc=0)
+    assert "trials parse the config with LinkedCLI from train.py" in r.stdout + r.stderr
+    trials = _complete(load(project / "studies" / "cli_linked.db", "cli_linked"))
+    assert sorted(t.user_attrs["config"]["batch_size"] for t in trials) == [32, 128]
+    for t in trials:  # the module's batch size (and so its lr) follows the loader's, as LightningCLI links them
+        batch = float(t.user_attrs["config"]["batch_size"])
+        assert t.user_attrs["metrics"]["ran_loader_batch"] == batch and t.user_attrs["metrics"]["ran_module_batch"] == batch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["onecycle", "plateau"])
+def test_schedulers_written_as_lightnings_docs_write_them_train(tmp_path, cli, scheduler):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model:\n  scheduler: {scheduler}\n")
+    # 512 training samples, 2048 per trial: four epochs, validated at each epoch's end
+    cli("search", MODELS / "schedulers.py", "--config", config, "--trials", 2, "--samples", 2048, "--storage",
+        f"sqlite:///{tmp_path / 's.db'}", check_rc=0)
+    trials = _complete(load(tmp_path / "s.db", "schedulers"))
+    assert trials and trials[0].user_attrs["baseline"]
+    baseline = trials[0]
+    assert baseline.user_attrs["metrics"]["ran_validations"] >= 4.0
+
+
+@pytest.mark.slow
+def test_the_users_ddp_options_are_kept(tmp_path, cli):
+    project = _project(tmp_path, "ddp_unused")
+    cli("search", "model.py", "--config", "config.yaml", "--devices", 2, "--trials", 1, "--samples", 512, cwd=project, check_rc=0)
+    trial = load(project / "studies" / "ddp_unused.db", "ddp_unused").trials[0]
+    assert trial.state.name == "COMPLETE", trial.user_attrs.get("fail_reason")
+    assert yaml.safe_load((project / "studies" / "ddp_unused.best.yaml").read_text())["trainer"]["strategy"] == "ddp_find_unused_parameters_true"
