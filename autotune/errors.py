@@ -113,7 +113,10 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
         "Lightning ran another precision than the trial asked for",
         "do not hard-code precision in the model; set it in the Trainer only",
     ),
-    FailKind.MONITOR_MISSING: ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
+    FailKind.MONITOR_MISSING: (
+        "the judged metric was never logged: --monitor named it, or training_step returns no loss to judge instead",
+        "log it with self.log(...), or give --monitor a metric the module logs (the reason lists them)",
+    ),
     FailKind.NO_MEASUREMENT: ("too few steps after the warm-up to measure throughput", "raise --samples"),
     FailKind.NO_LOSS_CURVE: (
         "--objective time-to-quality, and training_step returned no loss tensor to build the curve from",

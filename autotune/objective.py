@@ -28,6 +28,7 @@ from autotune.errors import UsageError
 __all__ = [
     "INPUT_BOUND_FRACTION",
     "OBJECTIVES",
+    "RETURNED_LOSS",
     "TimeToTarget",
     "TrialRecord",
     "constraint_value",
@@ -36,6 +37,7 @@ __all__ = [
     "input_bound_advice",
     "is_feasible",
     "loss_target",
+    "monitor_note",
     "objective_values",
     "pareto_front",
     "recommend",
@@ -78,28 +80,65 @@ class TrialRecord:
     goodput: float = math.nan
 
 
+#: ``loss_source`` of a trial judged by the loss its ``training_step`` returned (the mean over the last
+#: tenth of the run), when the ``--monitor`` metric was never logged. Namespaced so that it never
+#: reads as a metric the module logs itself (such as ``train_loss``). Older studies stored
+#: ``"train_loss"`` here for the same fallback; they are read and shown as they are.
+RETURNED_LOSS = "autotune/train_loss"
+
+
 def final_loss(
     metrics: Mapping[str, float],
-    train_loss: float,
+    train_loss: float | None,
     monitor: str,
     monitor_explicit: bool,
 ) -> tuple[float, str]:
     """The loss a trial is judged by, and where it came from.
 
-    The monitored validation metric when the module logged it; else, unless the user named the
-    metric explicitly (``--monitor``), the mean training loss over the last tenth of the run.
+    The monitored metric when the module logged it; else, unless the user named the metric
+    explicitly (``--monitor``), the mean of the loss ``training_step`` returned over the last tenth
+    of the run (:data:`RETURNED_LOSS`).
+
+    Args:
+        metrics: The scalar metrics the module logged (``trainer.callback_metrics`` at the end of ``fit``).
+        train_loss: The mean returned training loss, or ``None`` when ``training_step`` returned no
+            loss (manual optimization that returns nothing, a dict without ``"loss"``).
+        monitor: The judged metric (``--monitor``, default ``val_loss``).
+        monitor_explicit: Whether the user named ``monitor`` with ``--monitor``.
 
     Returns:
-        ``(value, source)`` with ``source`` the metric name or ``"train_loss"``.
+        ``(value, source)`` with ``source`` the metric name or :data:`RETURNED_LOSS`.
 
     Raises:
-        UsageError: ``monitor_explicit`` and the metric was not logged; the message lists what was.
+        UsageError: The metric was not logged and either ``monitor_explicit`` or there is no
+            returned loss to fall back on; the message lists the metrics that were logged.
     """
     if monitor in metrics:
         return float(metrics[monitor]), monitor
+    logged = sorted(metrics) or "none"
     if monitor_explicit:
-        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {sorted(metrics) or 'none'}")
-    return float(train_loss), "train_loss"
+        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {logged}")
+    if train_loss is None:
+        raise UsageError(
+            f"the judged metric {monitor!r} was never logged, and training_step returns no loss; logged: {logged}; give --monitor NAME"
+        )
+    return float(train_loss), RETURNED_LOSS
+
+
+def monitor_note(monitor: str, source: str, metrics: Mapping[str, float]) -> str | None:
+    """The line said once after the baseline when the judged metric was never logged (or ``None``).
+
+    Args:
+        monitor: The judged metric (``--monitor``).
+        source: The baseline's ``loss_source`` (:func:`final_loss`).
+        metrics: The scalar metrics the baseline logged.
+    """
+    if source == monitor:
+        return None
+    return (
+        f"the judged metric {monitor!r} (--monitor) was never logged, so convergence is judged by the loss training_step "
+        f"returns ({source}); logged: {sorted(metrics) or 'none'}; give --monitor NAME to judge one of them"
+    )
 
 
 def constraint_value(loss: float, baseline_loss: float, tolerance: float, mode: str = "min") -> float:

@@ -4,12 +4,14 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.objective import (
+    RETURNED_LOSS,
     TimeToTarget,
     TrialRecord,
     constraint_value,
     directions,
     final_loss,
     loss_target,
+    monitor_note,
     pareto_front,
     recommend,
     smooth_curve,
@@ -31,11 +33,38 @@ def test_constraint_relative_to_baseline_both_modes():
     assert constraint_value(math.nan, 1.0, 0.05) == math.inf
 
 
-def test_final_loss_prefers_the_monitor_and_falls_back_to_train_loss():
+def test_final_loss_prefers_the_monitor_and_falls_back_to_the_returned_loss():
     assert final_loss({"val_loss": 0.3}, 0.5, "val_loss", False) == (0.3, "val_loss")
-    assert final_loss({}, 0.5, "val_loss", False) == (0.5, "train_loss")
+    assert final_loss({}, 0.5, "val_loss", False) == (0.5, "autotune/train_loss") == (0.5, RETURNED_LOSS)
     with pytest.raises(UsageError, match=r"metric 'val_acc' \(--monitor\) was not logged.*\['val_loss'\]"):
         final_loss({"val_loss": 0.3}, 0.5, "val_acc", True)
+
+
+def test_the_returned_loss_is_named_apart_from_a_metric_the_module_logs_as_train_loss():
+    # the module logs its own train_loss (another value); val_loss is missing: autotune's fallback is not it
+    value, source = final_loss({"train_loss": 500.0, "valid_loss": 0.4}, 0.5, "val_loss", False)
+    assert (value, source) == (0.5, RETURNED_LOSS) and source != "train_loss"
+    # judged by the user's train_loss when asked for
+    assert final_loss({"train_loss": 500.0}, 0.5, "train_loss", True) == (500.0, "train_loss")
+
+
+def test_no_monitored_metric_and_no_returned_loss_is_one_line_naming_the_logged_metrics_and_the_flag():
+    with pytest.raises(UsageError) as caught:
+        final_loss({"g_loss": 0.7, "d_loss": 1.3}, None, "val_loss", False)
+    message = str(caught.value)
+    assert message == (
+        "the judged metric 'val_loss' was never logged, and training_step returns no loss; "
+        "logged: ['d_loss', 'g_loss']; give --monitor NAME"
+    )
+    assert "non-finite" not in message and "\n" not in message
+    assert final_loss({"g_loss": 0.7}, None, "g_loss", True) == (0.7, "g_loss")  # --monitor g_loss judges it
+
+
+def test_monitor_note_lists_the_logged_metrics_only_when_the_monitor_was_missing():
+    note = monitor_note("val_loss", RETURNED_LOSS, {"valid_loss": 0.4, "train_loss": 500.0})
+    assert "'val_loss' (--monitor) was never logged" in note and "logged: ['train_loss', 'valid_loss']" in note
+    assert RETURNED_LOSS in note and "--monitor NAME" in note
+    assert monitor_note("val_loss", "val_loss", {"val_loss": 0.3}) is None
 
 
 def R(n, sps, loss, complete=True, baseline=False):
