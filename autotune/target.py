@@ -228,7 +228,9 @@ def _signature(cls: Any, given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[str, Any], loader: Any) -> dict[str, Any]:
-    """What the extended space needs to know (see :func:`autotune.space.resolve_space`)."""
+    """What the space resolution needs to know about the model (see :func:`autotune.space.resolve_space`):
+    constructor signatures, convolutions, the train DataLoader's settings, and whether the module uses
+    automatic optimization (Lightning accumulates gradients for no other)."""
     import inspect
 
     import torch
@@ -252,6 +254,7 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
             else None
         ),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "automatic_optimization": bool(getattr(model, "automatic_optimization", True)),
     }
 
 
