@@ -83,7 +83,10 @@ class FailKind(str, enum.Enum):
 #: Every ``fail_kind`` a trial can store, with what it means and what to do about it
 #: (docs/troubleshooting.md explains each; a test keeps the two and the code in step).
 FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
-    FailKind.EXCEPTION: ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
+    FailKind.EXCEPTION: (
+        "your code raised an exception (type, message, file:line; in DDP, the rank that raised first)",
+        "read log_tail; fix the code, or narrow the space",
+    ),
     FailKind.OOM: (
         "out of memory (CUDA OOM, or Lightning's out-of-memory detection)",
         "expected for large batches; lower the batch_size range if every large one fails",
