@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from autotune.errors import UsageError
 
@@ -365,39 +365,65 @@ INPUT_BOUND_FRACTION = 0.10
 
 
 def input_bound_advice(
-    data_wait_fraction: float, config: Mapping[str, Any], space: Mapping[str, Mapping[str, Any]], accelerator: str
+    data_wait_fraction: float,
+    config: Mapping[str, Any],
+    space: Mapping[str, Mapping[str, Any]],
+    accelerator: str,
+    loader: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
     A config is input-bound when more than :data:`INPUT_BOUND_FRACTION` of its steady-state step
     time is spent waiting for data (``data_wait_fraction``: the time between the end of one batch
-    and the start of the next, over the step interval).
+    and the start of the next, over the step interval). Only settings the config does not have yet
+    are suggested: ``num_workers`` below the top of its searched range (or not searched),
+    ``pin_memory=True`` on a GPU when the loader does not pin, and, with workers,
+    ``prefetch_factor`` below the top of its range and ``persistent_workers=True`` when not set.
 
     Args:
         data_wait_fraction: The config's measured fraction, ``0..1``.
-        config: The config (``num_workers``, ...), as stored on the trial.
-        space: The resolved space (to tell whether ``num_workers`` sat at the top of its range).
+        config: The config (``num_workers``, ``pin_memory``, ``prefetch_factor``), as stored on the trial.
+        space: The resolved space (to tell whether a knob sits at the top of its range).
         accelerator: ``"gpu"`` or ``"cpu"`` (``pin_memory`` only helps host-to-GPU copies).
+        loader: The user's train DataLoader settings found by inspection (``pin_memory``,
+            ``prefetch_factor``, ``persistent_workers``), or ``None`` when unknown; the config's own
+            values take precedence.
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
     """
     if not (data_wait_fraction > INPUT_BOUND_FRACTION):
         return None
+    loader = loader or {}
     workers = int(config.get("num_workers") or 0)
     knobs = []
-    entry = space.get("num_workers")
-    top = None if entry is None else (max(entry["choices"]) if "choices" in entry else entry["high"])
-    if entry is None or workers >= cast(int, top):  # top is a number whenever entry is not None
-        knobs.append(f"more num_workers (this config uses {workers}{', the top of the searched range' if entry is not None else ''})")
-    else:
+    has = ""
+    top = _space_top(space.get("num_workers"))
+    if top is None:
+        knobs.append(f"more num_workers (this config uses {workers})")
+    elif workers < top:
         knobs.append(f"num_workers (this config uses {workers}, the space allows up to {top})")
-    if accelerator == "gpu":
+    else:
+        has = f"; num_workers is already {workers}, the top of its searched range"
+    pinned = config.get("pin_memory") if config.get("pin_memory") is not None else loader.get("pin_memory")
+    if accelerator == "gpu" and not pinned:
         knobs.append("pin_memory=True")
     if workers > 0:
-        knobs.append("prefetch_factor (default 2)")
-        knobs.append("persistent_workers=True")
-    return (
-        f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%}); "
-        f"widen: {', '.join(knobs)}; or make the data pipeline cheaper (pre-processed tensors, less work per sample)"
-    )
+        prefetch = int(config.get("prefetch_factor") or loader.get("prefetch_factor") or 2)
+        prefetch_top = _space_top(space.get("prefetch_factor"))
+        if prefetch_top is None or prefetch < prefetch_top:
+            knobs.append(f"prefetch_factor (this config uses {prefetch})")
+        if not loader.get("persistent_workers"):
+            knobs.append("persistent_workers=True")
+    head = f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
+    cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
+    if not knobs:
+        return f"{head}{has}, and the other DataLoader settings are at theirs; {cheaper}"
+    return f"{head}{has}; widen: {', '.join(knobs)}; or {cheaper}"
+
+
+def _space_top(entry: Mapping[str, Any] | None) -> int | None:
+    """The largest value of an integer knob's resolved space entry, or ``None`` when not searched."""
+    if entry is None:
+        return None
+    return int(max(entry["choices"]) if "choices" in entry else entry["high"])

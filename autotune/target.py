@@ -249,7 +249,11 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
         "class_names": {"model": model_cls.__name__, "data": data_cls.__name__ if data_cls else None},
         "has_conv": any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules()),
         "loader": (
-            {"pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor}
+            {
+                "pin_memory": bool(loader.pin_memory),
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": bool(loader.persistent_workers),
+            }
             if isinstance(loader, torch.utils.data.DataLoader)
             else None
         ),
