@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.flop_probe import FlopProbe
-from autotune.measure import TrialFault, batch_length, classify_exception, summarize
+from autotune.measure import TrialFault, batch_length, classify_exception, forked_rank_index, summarize
 from autotune.noise_probe import GradientNoiseProbe
 from autotune.progress import Progress, ProgressWriter
 from autotune.rank_report import write_rank_report
@@ -291,8 +291,13 @@ class _MeasureHooks:
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.flops.stop()
         kind, message = classify_exception(exception)
-        report = {**self.static, "rank": trainer.global_rank, "ok": False, "error": {"kind": kind, "message": message}}
-        write_rank_report(self.out_dir, trainer.global_rank, report)
+        rank = trainer.global_rank
+        forked = forked_rank_index(exception)
+        if forked is not None:  # in the launching process: a forked rank failed, and reported nothing itself
+            rank = trainer.node_rank * trainer.num_devices + forked
+        # the time tells the rank that failed first from the ranks that failed because of it (see autotune.runner.classify)
+        error = {"kind": kind, "message": message, "time": time.time()}
+        write_rank_report(self.out_dir, rank, {**self.static, "rank": rank, "ok": False, "error": error})
 
     def report(self, trainer) -> RankReport:
         """This rank's report once ``fit`` ended (see :class:`autotune.rank_report.RankReport`)."""

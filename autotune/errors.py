@@ -83,7 +83,10 @@ class FailKind(str, enum.Enum):
 #: Every ``fail_kind`` a trial can store, with what it means and what to do about it
 #: (docs/troubleshooting.md explains each; a test keeps the two and the code in step).
 FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
-    FailKind.EXCEPTION: ("your code raised an exception (type, message, file:line)", "read log_tail; fix the code, or narrow the space"),
+    FailKind.EXCEPTION: (
+        "your code raised an exception (type, message, file:line; in DDP, the rank that raised first)",
+        "read log_tail; fix the code, or narrow the space",
+    ),
     FailKind.OOM: (
         "out of memory (CUDA OOM, or Lightning's out-of-memory detection)",
         "expected for large batches; lower the batch_size range if every large one fails",
@@ -113,7 +116,10 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
         "Lightning ran another precision than the trial asked for",
         "do not hard-code precision in the model; set it in the Trainer only",
     ),
-    FailKind.MONITOR_MISSING: ("the --monitor metric was never logged", "log it with self.log(...), or give --monitor the name you log"),
+    FailKind.MONITOR_MISSING: (
+        "the judged metric was never logged: --monitor named it, or training_step returns no loss to judge instead",
+        "log it with self.log(...), or give --monitor a metric the module logs (the reason lists them)",
+    ),
     FailKind.NO_MEASUREMENT: ("too few steps after the warm-up to measure throughput", "raise --samples"),
     FailKind.NO_LOSS_CURVE: (
         "--objective time-to-quality, and training_step returned no loss tensor to build the curve from",

@@ -15,7 +15,9 @@ the step times say the warm-up ended (:func:`steady_state_start`, MSER-5), not a
 from __future__ import annotations
 
 import math
+import re
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,8 @@ __all__ = [
     "TrialFault",
     "batch_length",
     "classify_exception",
+    "classify_traceback",
+    "forked_rank_index",
     "merge_ranks",
     "steady_state_start",
     "summarize",
@@ -36,16 +40,24 @@ __all__ = [
 MAX_CURVE_POINTS = 200
 
 
+#: Start of the note a :class:`TrialFault` carries, so that its kind survives as text in the
+#: traceback a forked DDP rank sends to the launching process (see :func:`classify_traceback`).
+FAULT_NOTE = "autotune fail kind: "
+
+
 class TrialFault(Exception):
     """A trial failed for a reason autotune detected; ``kind`` is a short category.
 
     Kinds: ``batch_size_not_applied``, ``num_workers_not_applied``, ``precision_not_applied``,
-    ``nonfinite_loss``, ``monitor_missing``.
+    ``nonfinite_loss``, ``monitor_missing``. The kind is also a note of the exception
+    (:data:`FAULT_NOTE`), which formatted tracebacks include.
     """
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+        if sys.version_info >= (3, 11):  # formatted tracebacks show notes from Python 3.11 on
+            self.add_note(f"{FAULT_NOTE}{kind}")
 
 
 def batch_length(batch: Any) -> int | None:
@@ -279,10 +291,11 @@ def classify_exception(error: BaseException) -> tuple[str, str]:
     Kinds: a :class:`TrialFault`'s own kind; ``oom`` for ``torch.OutOfMemoryError`` or what
     Lightning's ``is_oom_error`` recognises; ``interrupted``; else ``exception`` with the type, the
     message's first line and the innermost frame outside site-packages and autotune (file:line).
+    A forked DDP rank's failure, which reaches the launching process as torch's
+    ``ProcessRaisedException`` (the rank's traceback as text) or ``ProcessExitedException``, is
+    classified from what the rank raised (:func:`classify_traceback`), or as ``killed``/``crashed``.
     """
-    import os
     import traceback
-    from pathlib import Path
 
     if isinstance(error, TrialFault):
         return error.kind, str(error)
@@ -292,18 +305,97 @@ def classify_exception(error: BaseException) -> tuple[str, str]:
     try:
         import torch
         from lightning.pytorch.utilities.memory import is_oom_error
+        from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
+        if isinstance(error, ProcessRaisedException):
+            return classify_traceback(str(error))
+        if isinstance(error, ProcessExitedException):
+            if error.signal_name:
+                return "killed", f"killed: DDP rank process {error.error_index} was killed by {error.signal_name}"
+            return "crashed", f"crashed: DDP rank process {error.error_index} exited with code {error.exit_code}"
         if is_oom_error(error) or isinstance(error, getattr(torch, "OutOfMemoryError", ())):
             return "oom", f"out of memory: {first_line or type(error).__name__}"
     except ImportError:  # pragma: no cover - torch and lightning are dependencies
         pass
-    where = ""
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        path = frame.filename.replace(os.sep, "/")
-        if "site-packages" not in path and "/autotune/" not in path:
-            where = f" at {Path(frame.filename).name}:{frame.lineno}"
-            break
-    return "exception", f"exception in user code: {type(error).__name__}: {first_line}{where}"
+    frames = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
+    return "exception", f"exception in user code: {type(error).__name__}: {first_line}{_user_frame(frames)}"
+
+
+def forked_rank_index(error: BaseException) -> int | None:
+    """The process index (local rank) of the forked DDP rank whose failure ``error`` reports in the
+    launching process (torch's ``ProcessRaisedException`` or ``ProcessExitedException``), else ``None``."""
+    if type(error).__name__ not in ("ProcessRaisedException", "ProcessExitedException"):
+        return None
+    index = getattr(error, "error_index", None)
+    return index if isinstance(index, int) else None
+
+
+def _user_frame(frames: Sequence[tuple[str, int | None]]) -> str:
+    """``" at FILE:LINE"`` of the innermost frame outside site-packages and autotune, or ``""``."""
+    import os
+    from pathlib import Path
+
+    for filename, lineno in reversed(frames):
+        path = filename.replace(os.sep, "/")
+        if "site-packages" not in path and "/autotune/" not in path and not path.startswith("<"):
+            return f" at {Path(filename).name}:{lineno}"
+    return ""
+
+
+#: A frame line of a formatted traceback: ``  File "PATH", line N, in NAME``.
+_FRAME_LINE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+#: The exception line that ends a formatted traceback: ``module.Type: message`` or ``Type``.
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+
+
+def classify_traceback(text: str) -> tuple[str, str]:
+    """Failure kind and one-line reason from a formatted traceback (pure).
+
+    A forked DDP rank's exception reaches the launching process only as this text (torch's
+    ``ProcessRaisedException``), so the kinds of :func:`classify_exception` are read from it: the
+    last traceback of the text (the exception that ended the rank), its exception line (type and
+    message), a :class:`TrialFault`'s kind from its note (:data:`FAULT_NOTE`), out of memory from
+    the type or Lightning's OOM messages, and the innermost frame outside site-packages and autotune.
+
+    Args:
+        text: The text, from ``traceback.format_exc()`` (torch prefixes a line naming the process).
+
+    Returns:
+        ``(kind, reason)`` as :func:`classify_exception` returns them.
+    """
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    block = lines[starts[-1] + 1 :] if starts else lines
+    frames: list[tuple[str, int | None]] = []
+    after = 0
+    for i, line in enumerate(block):
+        match = _FRAME_LINE.match(line)
+        if match:
+            frames.append((match["file"], int(match["line"])))
+            after = i + 1
+    tail = [line for line in block[after:] if line and not line[0].isspace()]
+    note = next((line[len(FAULT_NOTE) :].strip() for line in tail if line.startswith(FAULT_NOTE)), None)
+    match = _EXCEPTION_LINE.match(tail[0]) if starts and tail else None
+    if match is None:  # not a traceback: keep the text's first line
+        first = next((line.strip() for line in lines if line.strip()), "")
+        return "exception", f"exception in a DDP rank: {first}"
+    name, message = match["type"].rsplit(".", 1)[-1], (match["message"] or "").strip()
+    if note:
+        return note, message
+    if name == "KeyboardInterrupt":
+        return "interrupted", "interrupted"
+    oom = name == "OutOfMemoryError"
+    if not oom and name == "RuntimeError":
+        try:
+            from lightning.pytorch.utilities.memory import is_oom_error
+
+            oom = is_oom_error(RuntimeError(message))
+        except ImportError:  # pragma: no cover - lightning is a dependency
+            pass
+    if oom:
+        return "oom", f"out of memory: {message or name}"
+    return "exception", f"exception in user code: {name}: {message}{_user_frame(frames)}"
 
 
 #: Names that moved out of this module, still importable from it (lazily: they may load Lightning).

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from autotune.errors import UsageError
 
 __all__ = [
     "INPUT_BOUND_FRACTION",
     "OBJECTIVES",
+    "RETURNED_LOSS",
     "TimeToTarget",
     "TrialRecord",
     "constraint_value",
@@ -36,6 +37,7 @@ __all__ = [
     "input_bound_advice",
     "is_feasible",
     "loss_target",
+    "monitor_note",
     "objective_values",
     "pareto_front",
     "recommend",
@@ -78,28 +80,65 @@ class TrialRecord:
     goodput: float = math.nan
 
 
+#: ``loss_source`` of a trial judged by the loss its ``training_step`` returned (the mean over the last
+#: tenth of the run), when the ``--monitor`` metric was never logged. Namespaced so that it never
+#: reads as a metric the module logs itself (such as ``train_loss``). Older studies stored
+#: ``"train_loss"`` here for the same fallback; they are read and shown as they are.
+RETURNED_LOSS = "autotune/train_loss"
+
+
 def final_loss(
     metrics: Mapping[str, float],
-    train_loss: float,
+    train_loss: float | None,
     monitor: str,
     monitor_explicit: bool,
 ) -> tuple[float, str]:
     """The loss a trial is judged by, and where it came from.
 
-    The monitored validation metric when the module logged it; else, unless the user named the
-    metric explicitly (``--monitor``), the mean training loss over the last tenth of the run.
+    The monitored metric when the module logged it; else, unless the user named the metric
+    explicitly (``--monitor``), the mean of the loss ``training_step`` returned over the last tenth
+    of the run (:data:`RETURNED_LOSS`).
+
+    Args:
+        metrics: The scalar metrics the module logged (``trainer.callback_metrics`` at the end of ``fit``).
+        train_loss: The mean returned training loss, or ``None`` when ``training_step`` returned no
+            loss (manual optimization that returns nothing, a dict without ``"loss"``).
+        monitor: The judged metric (``--monitor``, default ``val_loss``).
+        monitor_explicit: Whether the user named ``monitor`` with ``--monitor``.
 
     Returns:
-        ``(value, source)`` with ``source`` the metric name or ``"train_loss"``.
+        ``(value, source)`` with ``source`` the metric name or :data:`RETURNED_LOSS`.
 
     Raises:
-        UsageError: ``monitor_explicit`` and the metric was not logged; the message lists what was.
+        UsageError: The metric was not logged and either ``monitor_explicit`` or there is no
+            returned loss to fall back on; the message lists the metrics that were logged.
     """
     if monitor in metrics:
         return float(metrics[monitor]), monitor
+    logged = sorted(metrics) or "none"
     if monitor_explicit:
-        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {sorted(metrics) or 'none'}")
-    return float(train_loss), "train_loss"
+        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {logged}")
+    if train_loss is None:
+        raise UsageError(
+            f"the judged metric {monitor!r} was never logged, and training_step returns no loss; logged: {logged}; give --monitor NAME"
+        )
+    return float(train_loss), RETURNED_LOSS
+
+
+def monitor_note(monitor: str, source: str, metrics: Mapping[str, float]) -> str | None:
+    """The line said once after the baseline when the judged metric was never logged (or ``None``).
+
+    Args:
+        monitor: The judged metric (``--monitor``).
+        source: The baseline's ``loss_source`` (:func:`final_loss`).
+        metrics: The scalar metrics the baseline logged.
+    """
+    if source == monitor:
+        return None
+    return (
+        f"the judged metric {monitor!r} (--monitor) was never logged, so convergence is judged by the loss training_step "
+        f"returns ({source}); logged: {sorted(metrics) or 'none'}; give --monitor NAME to judge one of them"
+    )
 
 
 def constraint_value(loss: float, baseline_loss: float, tolerance: float, mode: str = "min") -> float:
@@ -326,39 +365,65 @@ INPUT_BOUND_FRACTION = 0.10
 
 
 def input_bound_advice(
-    data_wait_fraction: float, config: Mapping[str, Any], space: Mapping[str, Mapping[str, Any]], accelerator: str
+    data_wait_fraction: float,
+    config: Mapping[str, Any],
+    space: Mapping[str, Mapping[str, Any]],
+    accelerator: str,
+    loader: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
     A config is input-bound when more than :data:`INPUT_BOUND_FRACTION` of its steady-state step
     time is spent waiting for data (``data_wait_fraction``: the time between the end of one batch
-    and the start of the next, over the step interval).
+    and the start of the next, over the step interval). Only settings the config does not have yet
+    are suggested: ``num_workers`` below the top of its searched range (or not searched),
+    ``pin_memory=True`` on a GPU when the loader does not pin, and, with workers,
+    ``prefetch_factor`` below the top of its range and ``persistent_workers=True`` when not set.
 
     Args:
         data_wait_fraction: The config's measured fraction, ``0..1``.
-        config: The config (``num_workers``, ...), as stored on the trial.
-        space: The resolved space (to tell whether ``num_workers`` sat at the top of its range).
+        config: The config (``num_workers``, ``pin_memory``, ``prefetch_factor``), as stored on the trial.
+        space: The resolved space (to tell whether a knob sits at the top of its range).
         accelerator: ``"gpu"`` or ``"cpu"`` (``pin_memory`` only helps host-to-GPU copies).
+        loader: The user's train DataLoader settings found by inspection (``pin_memory``,
+            ``prefetch_factor``, ``persistent_workers``), or ``None`` when unknown; the config's own
+            values take precedence.
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
     """
     if not (data_wait_fraction > INPUT_BOUND_FRACTION):
         return None
+    loader = loader or {}
     workers = int(config.get("num_workers") or 0)
     knobs = []
-    entry = space.get("num_workers")
-    top = None if entry is None else (max(entry["choices"]) if "choices" in entry else entry["high"])
-    if entry is None or workers >= cast(int, top):  # top is a number whenever entry is not None
-        knobs.append(f"more num_workers (this config uses {workers}{', the top of the searched range' if entry is not None else ''})")
-    else:
+    has = ""
+    top = _space_top(space.get("num_workers"))
+    if top is None:
+        knobs.append(f"more num_workers (this config uses {workers})")
+    elif workers < top:
         knobs.append(f"num_workers (this config uses {workers}, the space allows up to {top})")
-    if accelerator == "gpu":
+    else:
+        has = f"; num_workers is already {workers}, the top of its searched range"
+    pinned = config.get("pin_memory") if config.get("pin_memory") is not None else loader.get("pin_memory")
+    if accelerator == "gpu" and not pinned:
         knobs.append("pin_memory=True")
     if workers > 0:
-        knobs.append("prefetch_factor (default 2)")
-        knobs.append("persistent_workers=True")
-    return (
-        f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%}); "
-        f"widen: {', '.join(knobs)}; or make the data pipeline cheaper (pre-processed tensors, less work per sample)"
-    )
+        prefetch = int(config.get("prefetch_factor") or loader.get("prefetch_factor") or 2)
+        prefetch_top = _space_top(space.get("prefetch_factor"))
+        if prefetch_top is None or prefetch < prefetch_top:
+            knobs.append(f"prefetch_factor (this config uses {prefetch})")
+        if not loader.get("persistent_workers"):
+            knobs.append("persistent_workers=True")
+    head = f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
+    cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
+    if not knobs:
+        return f"{head}{has}, and the other DataLoader settings are at theirs; {cheaper}"
+    return f"{head}{has}; widen: {', '.join(knobs)}; or {cheaper}"
+
+
+def _space_top(entry: Mapping[str, Any] | None) -> int | None:
+    """The largest value of an integer knob's resolved space entry, or ``None`` when not searched."""
+    if entry is None:
+        return None
+    return int(max(entry["choices"]) if "choices" in entry else entry["high"])

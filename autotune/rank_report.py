@@ -64,11 +64,17 @@ class NoiseReport(TypedDict):
     method: str
 
 
-class RankError(TypedDict):
-    """Why a rank failed: ``kind`` is a failure kind of :data:`autotune.errors.FAIL_KINDS`."""
-
+class _RankErrorKeys(TypedDict):
     kind: str
     message: str
+
+
+class RankError(_RankErrorKeys, total=False):
+    """Why a rank failed: ``kind`` is a failure kind of :data:`autotune.errors.FAIL_KINDS`, ``message``
+    the one-line reason, ``time`` when the rank failed (epoch seconds; absent for a failure before
+    ``fit``)."""
+
+    time: float
 
 
 class RankReport(RankSummary, total=False):

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 
 from autotune.progress import read_progress
 
+
+def _escape(text: str) -> str:
+    """``text`` with rich's markup escaped (a reason may quote brackets, as gloo's ``[file.cc:553]``)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 __all__ = ["ConsoleUI", "LiveUI", "make_ui", "render_rows", "trial_rows"]
 
 _COLUMNS = (
@@ -207,7 +215,7 @@ class ConsoleUI:
             self.console.print(message, markup=False)
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {message}")
+        self.console.print(f"[yellow]warning:[/yellow] {_escape(message)}", soft_wrap=True)  # one line, however long
 
     def search_started(self, settings: StudySettings, trials: int) -> None:
         def fmt(value: Any) -> str:
@@ -261,7 +269,13 @@ class ConsoleUI:
                 f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"
             )
         else:
-            self.console.print(f"  -> [red]{trial.state.name}[/red]: {attrs.get('fail_reason')}", markup=True, highlight=False)
+            # a reason quotes the user's exception, whose brackets are no markup
+            self.console.print(
+                f"  -> [red]{trial.state.name}[/red]: {_escape(str(attrs.get('fail_reason')))}",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
         from autotune.study import confirmation, confirmed_speed, oom_frontier
@@ -472,7 +486,7 @@ class LiveUI(ConsoleUI):
                 if row.get("baseline"):
                     status += " (baseline)"
             else:
-                status = f"{row['state']}: {row.get('fail_reason') or ''}"
+                status = _escape(f"{row['state']}: {row.get('fail_reason') or ''}")
             style = "bold green" if row["number"] == best else ("red" if row["state"] != "COMPLETE" else None)
             table.add_row(
                 *(

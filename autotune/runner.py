@@ -99,8 +99,10 @@ def classify(
 ) -> tuple[str | None, str | None]:
     """Failure kind and reason of a trial, or ``(None, None)`` when it succeeded (pure).
 
-    Precedence: a timeout; then the first rank that reported an error (by rank); then a missing
-    rank report or a non-zero exit (killed by a signal, or crashed).
+    Precedence: a timeout; then the rank that reported an error first (by the error's time; the
+    other ranks of a DDP trial then fail too, with a broken collective; by rank without times),
+    named in the reason of a multi-rank trial; then a missing rank report or a non-zero exit
+    (killed by a signal, or crashed).
 
     Args:
         returncode: The trial process's exit status (negative: killed by that signal).
@@ -111,10 +113,12 @@ def classify(
     """
     if timed_out:
         return FailKind.TIMEOUT, f"timeout: the trial ran longer than {timeout:g} s (--trial-timeout) and was killed"
-    for report in sorted(ranks, key=lambda r: r.get("rank", 0)):
-        error = report.get("error")
-        if error:
-            return FailKind(error["kind"]), error["message"]
+    failed = [r for r in ranks if r.get("error")]
+    if failed:
+        first = min(failed, key=lambda r: (r["error"].get("time") is None, r["error"].get("time") or 0.0, r.get("rank", 0)))
+        error = first["error"]
+        kind = FailKind(error["kind"]) if error["kind"] in {k.value for k in FailKind} else FailKind.EXCEPTION  # e.g. "usage"
+        return kind, error["message"] + (f" (rank {first.get('rank', 0)})" if expected_ranks > 1 else "")
     if returncode is None:
         return FailKind.CRASHED, "crashed: the warm trial process went away before the trial ended"
     if returncode < 0:

@@ -53,7 +53,9 @@ def resolve_space(
         model_info: What inspection found for the extended space and constructor arguments (see
             :func:`baseline_for_space`): ``signature`` (section to argument to ``{"type", "default"}``),
             ``accepts_any`` (section to bool), ``has_conv``, ``loader`` (the training DataLoader's
-            ``pin_memory`` and ``prefetch_factor``, or ``None``), ``float32_matmul_precision``.
+            ``pin_memory``, ``prefetch_factor`` and ``persistent_workers``, or ``None``),
+            ``float32_matmul_precision``, ``automatic_optimization`` (``False``: manual optimization,
+            for which ``accumulate_grad_batches`` is dropped with a note, even from an explicit space).
 
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
@@ -79,6 +81,14 @@ def resolve_space(
             entry = _scaled_lr_entry(spec, lr_scaling)
         elif user_arg(name) is not None:
             entry = _resolve_user_arg(name, spec, baseline, info, source)
+        elif name == "accumulate_grad_batches" and info.get("automatic_optimization") is False:
+            # Lightning raises "Automatic gradient accumulation is not supported for manual optimization";
+            # a property of the model, not a mistake in the space, so dropped even from the user's own space
+            notes.append(
+                "dropped 'accumulate_grad_batches': the module uses manual optimization (automatic_optimization = False), "
+                "and Lightning accumulates gradients only under automatic optimization"
+            )
+            entry = None
         elif name in EXTENDED_KNOBS:
             entry, note = _resolve_extended(name, spec, baseline, hardware, info, explicit, source)
             if note:

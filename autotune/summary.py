@@ -126,6 +126,10 @@ def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
     from autotune.objective import input_bound_advice
 
     accelerator = settings.hardware.get("accelerator", "cpu")
+    # the user's DataLoader as inspected, overridden by what the trial's ranks really trained with
+    loader = dict((settings.model_info or {}).get("loader") or {})
+    applied = trial.user_attrs.get("applied") or {}
+    loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor") if applied.get(k) is not None})
     return input_bound_advice(
-        trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator
+        trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator, loader
     )

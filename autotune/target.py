@@ -322,7 +322,9 @@ def _signature(cls: Any, given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[str, Any], loader: Any) -> dict[str, Any]:
-    """What the extended space needs to know (see :func:`autotune.space.resolve_space`)."""
+    """What the space resolution needs to know about the model (see :func:`autotune.space.resolve_space`):
+    constructor signatures, convolutions, the train DataLoader's settings, and whether the module uses
+    automatic optimization (Lightning accumulates gradients for no other)."""
     import inspect
 
     import torch
@@ -341,11 +343,16 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
         "class_names": {"model": model_cls.__name__, "data": data_cls.__name__ if data_cls else None},
         "has_conv": any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules()),
         "loader": (
-            {"pin_memory": bool(loader.pin_memory), "prefetch_factor": loader.prefetch_factor}
+            {
+                "pin_memory": bool(loader.pin_memory),
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": bool(loader.persistent_workers),
+            }
             if isinstance(loader, torch.utils.data.DataLoader)
             else None
         ),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "automatic_optimization": bool(getattr(model, "automatic_optimization", True)),
     }
 
 

@@ -4,7 +4,11 @@ import pytest
 import torch
 
 from autotune.measure import (
+    TrialFault,
     batch_length,
+    classify_exception,
+    classify_traceback,
+    forked_rank_index,
     merge_ranks,
     steady_state_start,
     summarize,
@@ -99,3 +103,42 @@ def test_steady_state_start_keeps_a_late_spike_and_respects_step_boundaries():
     assert w4 % 4 == 0 and 8 <= w4 <= 60
     assert steady_state_start([1.0, 0.1, 0.1]) == 0  # too short to cut: keep min_steady batches
     assert steady_state_start([]) == 0
+
+
+def _user_code_raises(error):
+    """The formatted traceback of ``error`` raised from a frame of this (user) file."""
+    import traceback
+
+    try:
+        raise error
+    except BaseException:
+        return traceback.format_exc()
+
+
+def test_a_forked_rank_s_exception_is_classified_from_its_traceback_text():
+    # what torch's ProcessRaisedException carries to the launching process: the rank's traceback as text
+    from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
+
+    text = "\n\n-- Process 1 terminated with the following error:\n" + _user_code_raises(ValueError("boom at step 3\nmore"))
+    error = ProcessRaisedException(text, 1, 4242)
+    kind, reason = classify_exception(error)
+    assert kind == "exception"
+    assert reason.startswith("exception in user code: ValueError: boom at step 3 at test_measure.py:")
+    assert "more" not in reason and forked_rank_index(error) == 1
+    assert forked_rank_index(ValueError("x")) is None
+    # a fault autotune detected in the rank keeps its kind (its note is in the text)
+    fault = _user_code_raises(TrialFault("batch_size_not_applied", "batch_size not applied: 16, not 32"))
+    assert classify_traceback(fault) == ("batch_size_not_applied", "batch_size not applied: 16, not 32")
+    # out of memory, by type or by Lightning's messages
+    oom = 'Traceback (most recent call last):\n  File "/x/site-packages/torch/a.py", line 3, in f\n    g()\n'
+    assert classify_traceback(oom + "torch.OutOfMemoryError: CUDA out of memory. Tried")[0] == "oom"
+    assert classify_traceback(oom + "RuntimeError: CUDA error: out of memory") == ("oom", "out of memory: CUDA error: out of memory")
+    assert classify_traceback(oom + "RuntimeError: shapes differ") == ("exception", "exception in user code: RuntimeError: shapes differ")
+    # a chained exception: the last traceback is what ended the rank
+    chained = _user_code_raises(KeyError("k")) + "\nDuring handling of the above exception, another exception occurred:\n\n"
+    assert "TypeError: late" in classify_traceback(chained + _user_code_raises(TypeError("late")))[1]
+    assert classify_traceback("not a traceback") == ("exception", "exception in a DDP rank: not a traceback")
+    killed = ProcessExitedException("process 1 terminated with signal SIGKILL", 1, 4242, -9, "SIGKILL")
+    assert classify_exception(killed) == ("killed", "killed: DDP rank process 1 was killed by SIGKILL")
+    crashed = ProcessExitedException("process 0 terminated with exit code 3", 0, 4242, 3)
+    assert classify_exception(crashed) == ("crashed", "crashed: DDP rank process 0 exited with code 3")

@@ -4,12 +4,14 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.objective import (
+    RETURNED_LOSS,
     TimeToTarget,
     TrialRecord,
     constraint_value,
     directions,
     final_loss,
     loss_target,
+    monitor_note,
     pareto_front,
     recommend,
     smooth_curve,
@@ -31,11 +33,38 @@ def test_constraint_relative_to_baseline_both_modes():
     assert constraint_value(math.nan, 1.0, 0.05) == math.inf
 
 
-def test_final_loss_prefers_the_monitor_and_falls_back_to_train_loss():
+def test_final_loss_prefers_the_monitor_and_falls_back_to_the_returned_loss():
     assert final_loss({"val_loss": 0.3}, 0.5, "val_loss", False) == (0.3, "val_loss")
-    assert final_loss({}, 0.5, "val_loss", False) == (0.5, "train_loss")
+    assert final_loss({}, 0.5, "val_loss", False) == (0.5, "autotune/train_loss") == (0.5, RETURNED_LOSS)
     with pytest.raises(UsageError, match=r"metric 'val_acc' \(--monitor\) was not logged.*\['val_loss'\]"):
         final_loss({"val_loss": 0.3}, 0.5, "val_acc", True)
+
+
+def test_the_returned_loss_is_named_apart_from_a_metric_the_module_logs_as_train_loss():
+    # the module logs its own train_loss (another value); val_loss is missing: autotune's fallback is not it
+    value, source = final_loss({"train_loss": 500.0, "valid_loss": 0.4}, 0.5, "val_loss", False)
+    assert (value, source) == (0.5, RETURNED_LOSS) and source != "train_loss"
+    # judged by the user's train_loss when asked for
+    assert final_loss({"train_loss": 500.0}, 0.5, "train_loss", True) == (500.0, "train_loss")
+
+
+def test_no_monitored_metric_and_no_returned_loss_is_one_line_naming_the_logged_metrics_and_the_flag():
+    with pytest.raises(UsageError) as caught:
+        final_loss({"g_loss": 0.7, "d_loss": 1.3}, None, "val_loss", False)
+    message = str(caught.value)
+    assert message == (
+        "the judged metric 'val_loss' was never logged, and training_step returns no loss; "
+        "logged: ['d_loss', 'g_loss']; give --monitor NAME"
+    )
+    assert "non-finite" not in message and "\n" not in message
+    assert final_loss({"g_loss": 0.7}, None, "g_loss", True) == (0.7, "g_loss")  # --monitor g_loss judges it
+
+
+def test_monitor_note_lists_the_logged_metrics_only_when_the_monitor_was_missing():
+    note = monitor_note("val_loss", RETURNED_LOSS, {"valid_loss": 0.4, "train_loss": 500.0})
+    assert "'val_loss' (--monitor) was never logged" in note and "logged: ['train_loss', 'valid_loss']" in note
+    assert RETURNED_LOSS in note and "--monitor NAME" in note
+    assert monitor_note("val_loss", "val_loss", {"val_loss": 0.3}) is None
 
 
 def R(n, sps, loss, complete=True, baseline=False):
@@ -127,12 +156,49 @@ def test_input_bound_advice_names_the_knobs_to_widen():
 
     space = {"num_workers": {"low": 0, "high": 2}}
     assert input_bound_advice(0.08, {"num_workers": 0}, space, "gpu") is None
-    at_top = input_bound_advice(0.35, {"num_workers": 2}, space, "gpu")
-    assert at_top.startswith("input-bound: 35% of each step waits for data")
-    assert "more num_workers (this config uses 2, the top of the searched range)" in at_top
-    assert "pin_memory=True" in at_top and "prefetch_factor" in at_top and "persistent_workers=True" in at_top
+    advice = input_bound_advice(0.35, {"num_workers": 1}, space, "gpu")
+    assert advice.startswith("input-bound: 35% of each step waits for data")
+    assert "num_workers (this config uses 1, the space allows up to 2)" in advice
+    assert "pin_memory=True" in advice and "prefetch_factor (this config uses 2)" in advice and "persistent_workers=True" in advice
     no_workers = input_bound_advice(0.2, {"num_workers": 0}, space, "cpu")
     assert "num_workers (this config uses 0, the space allows up to 2)" in no_workers
     # persistent_workers and prefetch_factor mean nothing without workers; pin_memory nothing on a CPU
     assert "persistent_workers" not in no_workers and "prefetch_factor" not in no_workers and "pin_memory" not in no_workers
     assert "more num_workers (this config uses 0)" in input_bound_advice(0.2, {"num_workers": 0}, {}, "cpu")
+
+
+def test_input_bound_advice_never_suggests_what_the_config_already_has():
+    from autotune.objective import input_bound_advice
+
+    space = {"num_workers": {"choices": [0, 2, 4]}, "prefetch_factor": {"low": 2, "high": 8}}
+    # num_workers at the top of its searched range, the loader already pinned and persistent
+    loader = {"pin_memory": True, "prefetch_factor": 2, "persistent_workers": True}
+    advice = input_bound_advice(0.3, {"num_workers": 4}, space, "gpu", loader)
+    widen = advice.split("widen: ")[1]
+    assert "num_workers" not in widen and "pin_memory" not in widen and "persistent_workers" not in widen
+    assert "num_workers is already 4, the top of its searched range" in advice
+    assert widen.startswith("prefetch_factor (this config uses 2)")
+    # the trial's own pin_memory counts as well as the loader's
+    assert "pin_memory" not in input_bound_advice(0.3, {"num_workers": 2, "pin_memory": True}, space, "gpu", {"pin_memory": False})
+    # everything at its maximum: no "widen" at all, only the data pipeline
+    done = input_bound_advice(0.3, {"num_workers": 4, "prefetch_factor": 8}, space, "gpu", loader)
+    assert "widen" not in done and "pin_memory" not in done and "persistent_workers" not in done
+    assert "num_workers is already 4" in done and "make the data pipeline cheaper" in done
+
+
+def test_input_bound_line_reads_the_inspected_loader_and_what_the_trial_applied():
+    from types import SimpleNamespace
+
+    from autotune.summary import input_bound_line
+
+    settings = SimpleNamespace(
+        hardware={"accelerator": "gpu"},
+        space={"num_workers": {"low": 0, "high": 2}},
+        model_info={"loader": {"pin_memory": False, "prefetch_factor": None, "persistent_workers": True}},
+    )
+    attrs = {"data_wait_fraction": 0.4, "config": {"num_workers": 2}, "applied": {"pin_memory": True, "prefetch_factor": 2}}
+    line = input_bound_line(SimpleNamespace(user_attrs=attrs), settings)
+    assert "pin_memory" not in line and "persistent_workers" not in line and "num_workers is already 2" in line
+    # a study made before the loader's persistent_workers was inspected: still suggested
+    settings.model_info = {"loader": {"pin_memory": False, "prefetch_factor": None}}
+    assert "persistent_workers=True" in input_bound_line(SimpleNamespace(user_attrs=attrs), settings)

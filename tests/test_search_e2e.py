@@ -545,7 +545,7 @@ def test_postgres_storage_and_pytorch_lightning_flavour(tmp_path, cli):
     assert f"created study '{name}'" in r.stdout
     study = optuna.load_study(study_name=name, storage=POSTGRES)
     assert len(study.trials) == 2
-    assert all(t.user_attrs.get("loss_source") == "train_loss" for t in study.trials if t.state.name == "COMPLETE")
+    assert all(t.user_attrs.get("loss_source") == "autotune/train_loss" for t in study.trials if t.state.name == "COMPLETE")
     settings = study.user_attrs["autotune"]
     assert (settings["model_class"], settings["data_class"]) == ("PtlModel", "PtlData")
     assert yaml.safe_load((tmp_path / "ptl.yaml").read_text())["data"]["batch_size"] in (16, 32, 64, 128, 256, 512)

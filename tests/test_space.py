@@ -169,3 +169,23 @@ def test_lr_scaling_samples_a_multiplier_and_the_config_holds_the_final_lr():
 def test_bad_lr_scaling(data, message):
     with pytest.raises(SpaceError, match=re.escape(message)):
         parse_space(data, "s.yaml")
+
+
+def test_manual_optimization_drops_accumulation_with_a_note_even_from_an_explicit_space():
+    data = {"batch_size": {"choices": [16, 32]}, "accumulate_grad_batches": {"low": 1, "high": 8}}
+    baseline = TrialConfig(batch_size=16, lr=1e-3)
+    for explicit in (False, True):
+        resolved, notes = resolve_space(
+            parse_space(data), baseline=baseline, hardware=CPU, applicable=ALL, explicit=explicit,
+            model_info={"automatic_optimization": False},
+        )
+        assert "accumulate_grad_batches" not in resolved and "batch_size" in resolved
+        assert [n for n in notes if "accumulate_grad_batches" in n] == [
+            "dropped 'accumulate_grad_batches': the module uses manual optimization (automatic_optimization = False), "
+            "and Lightning accumulates gradients only under automatic optimization"
+        ]
+    # automatic optimization, or a study inspected before this was reported: searched as before
+    for info in ({"automatic_optimization": True}, {}):
+        resolved, notes = resolve_space(parse_space(data), baseline=baseline, hardware=CPU, applicable=ALL, explicit=False, model_info=info)
+        assert resolved["accumulate_grad_batches"] == {"low": 1, "high": 8, "log": False}
+        assert not any("accumulate" in n for n in notes)

@@ -19,6 +19,7 @@ from autotune.config import TrialConfig
 from autotune.errors import BaselineFailedError, Interrupted
 from autotune.hardware import Hardware
 from autotune.jobs import SlotPools, plan_slots
+from autotune.objective import monitor_note
 from autotune.optuna_compat import claim_waiting
 from autotune.pruning import make_pruner
 from autotune.space import baseline_params, suggest_config
@@ -255,7 +256,8 @@ class _Worker:
         return False
 
     def _baseline_done(self, frozen) -> bool:
-        """Publish a completed baseline (after queueing the held-back trials); ``False`` when it failed."""
+        """Publish a completed baseline (after queueing the held-back trials), and say once when its judged
+        metric was never logged (:func:`autotune.objective.monitor_note`); ``False`` when it failed."""
         if frozen.state != optuna.trial.TrialState.COMPLETE:
             self.failed_baseline.append(frozen)
             return False
@@ -270,6 +272,11 @@ class _Worker:
                     "loss_target": frozen.user_attrs.get("loss_target"),
                 },
             )
+        note = monitor_note(
+            self.settings.monitor, frozen.user_attrs.get("loss_source", self.settings.monitor), frozen.user_attrs.get("metrics") or {}
+        )
+        if note:
+            self.ctx.ui.warn(note)
         return True
 
 

@@ -115,7 +115,9 @@ def _judge(
     constraint: float | None = None
     attrs.update(measured)
     try:
-        loss, source = final_loss(measured["metrics"], measured["train_loss_final"], settings.monitor, settings.monitor_explicit)
+        # an empty loss curve: training_step returned no loss (its NaN mean is no loss to judge)
+        returned = measured["train_loss_final"] if measured["loss_curve"] else None
+        loss, source = final_loss(measured["metrics"], returned, settings.monitor, settings.monitor_explicit)
     except UsageError as e:
         kind, reason = FailKind.MONITOR_MISSING, str(e)
     else:

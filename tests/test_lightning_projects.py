@@ -1,0 +1,77 @@
+"""End-to-end: Lightning projects as users write them (manual optimization, their own metric names, a
+DDP rank that raises) run through `autotune search` into a real SQLite study."""
+
+import optuna
+import pytest
+from conftest import MODELS, load
+
+pytestmark = pytest.mark.slow
+
+SMALL = ("--samples", 512, "--trials", 3, "--confirm", 0)
+
+
+def test_manual_optimization_without_monitor_fails_the_baseline_with_one_line_naming_the_metrics(tmp_path, cli):
+    db = tmp_path / "gan.db"
+    r = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--quiet")
+    assert r.returncode == 1, r.stderr
+    reason = "the judged metric 'val_loss' was never logged, and training_step returns no loss; logged: ['d_loss', 'g_loss']; give --monitor NAME"
+    assert f"  -> FAIL: {reason}\n" in r.stdout  # the trial's line, whole on one line
+    assert r.stderr.startswith(f"autotune: error: the baseline trial 0 (the model's own config) failed: {reason};")
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "non-finite" not in r.stdout + r.stderr
+    (baseline,) = load(db, "manual_gan").trials
+    assert baseline.state == optuna.trial.TrialState.FAIL
+    assert (baseline.user_attrs["fail_kind"], baseline.user_attrs["fail_reason"]) == ("monitor_missing", reason)
+
+
+def test_manual_optimization_judged_by_a_logged_metric_never_searches_accumulation(tmp_path, cli):
+    db = tmp_path / "gan.db"
+    r = cli("search", MODELS / "manual_gan.py", *SMALL, "--monitor", "g_loss", "--loss-tolerance", 0.5,
+            "--storage", f"sqlite:///{db}", "--out", tmp_path / "best.yaml", check_rc=0)
+    assert ("warning: dropped 'accumulate_grad_batches': the module uses manual optimization (automatic_optimization = False), "
+            "and Lightning accumulates gradients only under automatic optimization\n") in r.stdout
+    study = load(db, "manual_gan")
+    assert "accumulate_grad_batches" not in study.user_attrs["autotune"]["space"]
+    assert study.user_attrs["autotune"]["model_info"]["automatic_optimization"] is False
+    assert len(study.trials) == 3
+    for t in study.trials:
+        assert t.state == optuna.trial.TrialState.COMPLETE, t.user_attrs.get("fail_reason")
+        assert "accumulate_grad_batches" not in t.params and t.user_attrs["config"]["accumulate_grad_batches"] == 1
+        assert t.user_attrs["loss_source"] == "g_loss" and t.user_attrs["loss"] == t.user_attrs["metrics"]["g_loss"]
+    assert "never logged" not in r.stdout  # the judged metric was logged
+
+
+def test_a_monitor_never_logged_is_said_after_the_baseline_and_the_returned_loss_is_not_the_user_s_train_loss(tmp_path, cli):
+    db = tmp_path / "v.db"
+    r = cli("search", MODELS / "valid_loss.py", *SMALL, "--storage", f"sqlite:///{db}", check_rc=0)
+    lines = r.stdout.splitlines()
+    baseline_end = next(i for i, line in enumerate(lines) if line.startswith("trial 0 (baseline)")) + 1
+    assert lines[baseline_end].startswith("  -> ") and "autotune/train_loss" in lines[baseline_end]
+    assert lines[baseline_end + 1] == (
+        "warning: the judged metric 'val_loss' (--monitor) was never logged, so convergence is judged by the loss "
+        "training_step returns (autotune/train_loss); logged: ['train_loss', 'valid_loss']; give --monitor NAME to judge one of them"
+    )
+    assert sum("was never logged" in line for line in lines) == 1  # once, after the baseline only
+    trials = load(db, "valid_loss").trials
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE
+    for t in trials:
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            attrs = t.user_attrs
+            assert attrs["loss_source"] == "autotune/train_loss"
+            # the module logs its own train_loss 1000x the returned loss: autotune's loss is the returned one
+            assert attrs["metrics"]["train_loss"] > 100 * attrs["loss"]
+            assert attrs["loss"] == pytest.approx(attrs["train_loss_final"])
+
+
+@pytest.mark.parametrize("launch", [(), ("--cold",)], ids=["warm", "cold"])
+def test_a_ddp_rank_s_exception_reaches_the_trial_s_fail_reason(tmp_path, cli, launch):
+    # warm: the ranks are forked, and the launching process gets the rank's traceback as text;
+    # cold: each rank reports, and rank 0 then fails too, in the collective that rank 1 left
+    db = tmp_path / "ddp.db"
+    r = cli("search", MODELS / "rank_raise.py", "--samples", 512, "--trials", 1, "--devices", 2, *launch, "--storage", f"sqlite:///{db}")
+    assert r.returncode == 1, r.stderr
+    (trial,) = load(db, "rank_raise").trials
+    reason = trial.user_attrs["fail_reason"]
+    assert trial.user_attrs["fail_kind"] == "exception"
+    assert reason.startswith("exception in user code: ValueError: boom at step 3 at rank_raise.py:") and reason.endswith("(rank 1)")
+    assert "ValueError: boom at step 3" in r.stderr
