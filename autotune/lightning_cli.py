@@ -249,8 +249,8 @@ def build(
         raise UsageError(f"LightningCLI refused the config (exit code {e.code}); run your own CLI with it to see why") from None
     except Exception as e:
         if type(e).__name__ in ("ArgumentError", "NSKeyError", "ValueError", "TypeError"):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UsageError(f"LightningCLI refused the config: {first}") from None
+            text = " ".join(str(e).split())[:400] or type(e).__name__  # jsonargparse's message, on one line
+            raise UsageError(f"LightningCLI refused the config: {text}; fix --config (or the model's constructor arguments)") from None
         raise
     callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]
     for extra in cli.autotune_callbacks:

@@ -214,6 +214,7 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
         "user_config": source.get("user_config"),
         "targets": source["targets"],
         "cli": source.get("cli"),
+        "train_samples": source.get("train_samples"),
         "config": dict(config),
         "samples": int(samples),
         "seed": seed,

@@ -83,7 +83,29 @@ def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
     return steps, steps * config.accumulate_grad_batches
 
 
-def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str) -> dict[str, Any]:
+def max_steps(config: TrialConfig, samples: int, train_samples: int | None) -> int:
+    """``max_steps`` of a trial: its optimizer steps, plus one per epoch end the budget crosses when
+    batches are accumulated (Lightning steps at an epoch's end inside an accumulation window), so
+    training never stops before the budget's batches. Without the training set's size, one step per
+    batch (an upper bound).
+
+    Args:
+        config: The trial's config.
+        samples: Training samples of the trial (>= 1).
+        train_samples: Size of the training set (samples per epoch, all devices), or ``None``.
+    """
+    steps, batches = total_batches(config, samples)
+    if config.accumulate_grad_batches == 1:
+        return steps
+    if not train_samples:
+        return batches
+    per_epoch = max(1, train_samples // (config.batch_size * config.world_size))  # batches per device (floor: more epoch ends)
+    return steps + math.ceil(batches / per_epoch) + 1
+
+
+def trainer_kwargs(
+    config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str, train_samples: int | None = None
+) -> dict[str, Any]:
     """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's.
 
     The user's settings are kept (gradient clipping, ``max_epochs``, precision plugins' options,
@@ -98,14 +120,14 @@ def trainer_kwargs(config: TrialConfig, samples: int, user_trainer: Mapping[str,
         samples: Training samples of the trial (>= 1).
         user_trainer: The user's trainer settings (``trainer:`` of ``--config``; callbacks apart).
         root_dir: The trial's folder (``default_root_dir``).
+        train_samples: Size of the training set, for :func:`max_steps`.
     """
     kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS and k != "callbacks"}
-    steps, _ = total_batches(config, samples)
     kwargs.update(config.trainer_args())
     if config.strategy == "ddp" and _is_ddp(user_trainer.get("strategy")):
         kwargs["strategy"] = user_trainer["strategy"]  # the user's DDP options (find_unused_parameters, ...)
     kwargs.update(
-        max_steps=steps,
+        max_steps=max_steps(config, samples, train_samples),
         max_epochs=user_trainer.get("max_epochs") or -1,
         val_check_interval=None,
         check_val_every_n_epoch=1,
@@ -218,6 +240,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     hardware = probe_hardware()
     model_cls, data_cls, user_config, cli = _load(spec)
+    _check_untyped_arguments(model_cls, data_cls, user_config.get("document") or {})
     with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as work_dir:
         built = _build(spec, model_cls, data_cls, user_config, cli, {}, work_dir)
     model, datamodule = built.model, built.datamodule
@@ -256,6 +279,35 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "data": [p for p in _init_params(data_cls) if p != "self"] if data_cls else [],
         },
     }
+
+
+def _check_untyped_arguments(model_cls: Any, data_cls: Any, document: Mapping[str, Any]) -> None:
+    """Refuse a constructor argument with neither a type annotation nor a default that ``--config``
+    does not give: LightningCLI's parser would pass ``None`` for it without a word.
+
+    Raises:
+        UsageError: Naming the class, the arguments and the fix.
+    """
+    import inspect
+
+    from autotune.loader import _init_params
+
+    for section, cls in (("model", model_cls), ("data", data_cls)):
+        if cls is None:
+            continue
+        given = document.get(section) or {}
+        given = given.get("init_args", given) if isinstance(given, Mapping) else {}
+        missing = [
+            name
+            for name, p in _init_params(cls).items()
+            if name != "self"
+            and p.default is inspect.Parameter.empty
+            and p.annotation is inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            and name not in given
+        ]
+        if missing:
+            raise UsageError(f"{cls.__name__} needs argument(s) {missing} (no default); give them in a --config YAML under {section}:")
 
 
 def _parsed_value(config: Mapping[str, Any], path: str) -> Any:
@@ -479,7 +531,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         if config.channels_last:
             model = _apply_channels_last(model)
         _, batches = total_batches(config, int(spec["samples"]))
-        kwargs = trainer_kwargs(config, int(spec["samples"]), built.trainer, str(out_dir))
+        kwargs = trainer_kwargs(config, int(spec["samples"]), built.trainer, str(out_dir), spec.get("train_samples"))
         if spec.get("start_method") and config.strategy == "ddp":  # warm trials fork their ranks
             kwargs["strategy"] = ddp_strategy(pl, kwargs["strategy"], spec["start_method"])
         callback = measure_callback_class(pl)(

@@ -445,7 +445,7 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "tiny.py", "--storage", "sqlite://"], "is an in-memory database"),
         (["search", MODELS / "tiny.py", "--storage", "sqlite:///nope/x.db"], "folder 'nope' does not exist; create it first"),
         (["search", MODELS / "tiny.py", "--config", "typo.yaml"], "typo.yaml: unknown top-level key(s) ['modle']"),
-        (["search", MODELS / "tiny.py", "--config", "badvalue.yaml"], "are not all numbers"),
+        (["search", MODELS / "tiny.py", "--config", "badvalue.yaml"], 'LightningCLI refused the config: Parser key "model.lr": Expected a'),
         (["search", MODELS / "tiny.py", "--out", "."], "is a folder; give a file path"),
         (["search", MODELS / "tiny.py", "--space", "empty.yaml"], "empty.yaml: the space names no knob"),
         (["search", "required_arg.py"], "RequiresHidden needs argument(s) ['hidden'] (no default); give them in a --config YAML under model:"),

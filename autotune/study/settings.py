@@ -93,6 +93,7 @@ class StudySettings:
         memory_model: Per precision, the memory model's fit (``fixed_gib``, ``per_sample_gib``,
             ``max_batch``, ``probes``), or ``None`` without ``--memory-limit`` (or a GPU).
         memory_limit_gib, memory_model_margin: The memory limit (GiB) and the share kept free (0 <= x < 1).
+        train_samples: Size of the training set (samples per epoch), when inspection could read it.
         cli: The user's ``LightningCLI`` subclass every trial parses the config with
             (:class:`autotune.lightning_cli.CliClass` as a dict), or ``None`` for Lightning's own.
     """
@@ -125,6 +126,7 @@ class StudySettings:
     memory_limit_gib: float | None = None
     memory_model_margin: float = 0.1
     cli: dict[str, Any] | None = None
+    train_samples: int | None = None
 
     @property
     def baseline(self) -> TrialConfig:
@@ -322,6 +324,7 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
         "memory_limit_gib": limit,
         "memory_model_margin": opts.memory_margin,
         "cli": report.get("cli"),
+        "train_samples": report.get("train_samples"),
     }
     for key, default in DEFAULTS.items():
         value = getattr(opts, key)
