@@ -196,3 +196,49 @@ def test_the_wrapped_hook_rebuilds_only_the_training_loader():
         module.train_dataloader()
     assert e.value.kind == "batch_size_not_applied"
     assert torch.is_tensor(next(iter(OwnSampler().train_dataloader()))[0])
+
+
+_NO_LOADER = """
+import lightning.pytorch as pl
+import torch
+
+
+class NoLoader(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+_SELF_BATCHING = (
+    _NO_LOADER.replace("NoLoader", "SelfBatching")
+    + """
+    def train_dataloader(self):
+        class Batches(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                return iter(torch.zeros(6, 4) for _ in range(8))
+
+        return torch.utils.data.DataLoader(Batches(), batch_size=None)
+"""
+)
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
+def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_path):
+    from autotune.target import inspect_model
+
+    (tmp_path / "self_batching.py").write_text(_SELF_BATCHING)
+    report = inspect_model({"model_file": str(tmp_path / "self_batching.py")})
+    assert report["targets"] == {} and report["baseline"]["batch_size"] == 6  # measured on the first batch
+    unreachable = report["model_info"]["unreachable"]
+    assert unreachable["batch_size"] == "the training DataLoader has batch_size=None: its dataset (Batches) yields whole batches itself"
+    assert "IterableDataset read in one process" in unreachable["num_workers"]
+
+    (tmp_path / "no_loader.py").write_text(_NO_LOADER)
+    with pytest.raises(UsageError, match=r"cannot set or read the batch size: no training DataLoader found: NoLoader defines no train_dataloader\(\)"):
+        inspect_model({"model_file": str(tmp_path / "no_loader.py")})
