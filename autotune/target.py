@@ -248,8 +248,8 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     targets.update(reached)
     baseline: dict[str, Any] = {}
     for knob, target in targets.items():
-        if target.how == "loader":
-            baseline[knob] = getattr(loader, target.name)
+        if target.how == "loader":  # (a DataLoader given a BatchSampler has batch_size None: the sampler's)
+            baseline[knob] = dataloader_batch_size(loader) if knob == "batch_size" else loader.num_workers
             continue
         parsed = _parsed_value(built.config, f"{target.owner}.{target.name}") if target.how == "init" else None
         baseline[knob] = parsed if parsed is not None else read_knob(target, model, datamodule)

@@ -227,6 +227,15 @@ _SELF_BATCHING = (
 """
 )
 
+_SAMPLED = (
+    _NO_LOADER.replace("NoLoader", "Sampled")
+    + """
+    def train_dataloader(self):
+        data = torch.utils.data.TensorDataset(torch.zeros(40, 4))
+        return torch.utils.data.DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 5, False))
+"""
+)
+
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
 def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_path):
@@ -238,6 +247,11 @@ def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_
     unreachable = report["model_info"]["unreachable"]
     assert unreachable["batch_size"] == "the training DataLoader has batch_size=None: its dataset (Batches) yields whole batches itself"
     assert "IterableDataset read in one process" in unreachable["num_workers"]
+
+    (tmp_path / "sampled.py").write_text(_SAMPLED)
+    report = inspect_model({"model_file": str(tmp_path / "sampled.py")})  # a plain BatchSampler: rebuilt with the batch size
+    assert {k: t["how"] for k, t in report["targets"].items()} == {"batch_size": "loader", "num_workers": "loader"}
+    assert report["baseline"]["batch_size"] == 5 and report["model_info"]["unreachable"] == {}
 
     (tmp_path / "no_loader.py").write_text(_NO_LOADER)
     with pytest.raises(UsageError, match=r"cannot set or read the batch size: no training DataLoader found: NoLoader defines no train_dataloader\(\)"):
