@@ -191,6 +191,8 @@ class _MeasureHooks:
         out_dir: Folder of the rank reports.
         static: Entries copied into every report (the config the rank saw, ...).
         check_every: Batches between non-finite loss checks (each check syncs the device once).
+        check_batch: Whether the first batch must have ``batch_size`` (``False`` when the batch size
+            is not searched: the training loader's own, which may vary from batch to batch).
     """
 
     def __init__(
@@ -202,8 +204,10 @@ class _MeasureHooks:
         out_dir: str = ".",
         static: Mapping[str, Any] | None = None,
         check_every: int = 16,
+        check_batch: bool = True,
     ):
         self.batch_size = batch_size
+        self.check_batch = check_batch
         self.num_workers = num_workers
         self.total_batches = total_batches
         self.out_dir = out_dir
@@ -240,7 +244,7 @@ class _MeasureHooks:
         now = time.perf_counter()
         samples = batch_length(batch)
         first = not self.timer.sizes
-        if first:
+        if first and self.check_batch:
             check_batch_size(samples, self.batch_size, trainer.train_dataloader)
         self.timer.batch_start(now, samples)
         if first:

@@ -3,8 +3,9 @@
 The file has ``trainer:``, ``model:`` and ``data:`` sections. Each tuned value goes under the
 constructor argument it was applied through (``lr`` under the module's own name for it, e.g.
 ``learning_rate``); the user's own ``--config`` values are kept. A value applied as an attribute
-(no constructor argument) cannot be set by LightningCLI: it is listed in a commented ``autotune:``
-block with what to change in the code. A header comment names the study, the trial, the measured
+(no constructor argument), or to the training DataLoader that autotune rebuilt (a batch size
+hard-coded in ``train_dataloader()``), cannot be set by LightningCLI: it is listed in a commented
+``autotune:`` block with what to change in the code. A header comment names the study, the trial, the measured
 figures, the hardware and the versions.
 """
 
@@ -34,13 +35,13 @@ def lightning_cli_config(
 
     Args:
         config: The trial's config.
-        targets: Knob name to ``{"owner": "model"|"data", "how": "init"|"attr"|"hparams", "name"}``.
+        targets: Knob name to ``{"owner": "model"|"data", "how": "init"|"attr"|"hparams"|"loader", "name"}``.
         user_config: The user's ``--config`` sections (``trainer``, ``model``, ``data``), kept as base.
         has_datamodule: Whether the model file has a DataModule (else there is no ``data:`` section).
-        model_info: Inspection facts (constructor signatures): ``pin_memory``/``prefetch_factor``
+        model_info: Inspection facts (constructor signatures, class names): ``pin_memory``/``prefetch_factor``
             go under ``data:`` (or ``model:``) when the class takes them as arguments.
-        baseline: The baseline's config: an extended knob at the baseline's value (what the user's
-            code does already) gets no note.
+        baseline: The baseline's config: an extended knob, or one applied to the rebuilt training
+            DataLoader, at the baseline's value (what the user's code does already) gets no note.
 
     Searched constructor arguments (``model_args``, ``data_args``) go under ``model:``/``data:``.
     ``torch.compile``, ``channels_last``, ``float32_matmul_precision``, and ``pin_memory`` or
@@ -71,7 +72,7 @@ def lightning_cli_config(
     doc["trainer"].update(trainer)
     if num_nodes != 1:  # (a one-node run leaves num_nodes to the user's config or Lightning's default)
         doc["trainer"]["num_nodes"] = num_nodes
-    notes = _set_knobs(doc, config, targets)
+    notes = _set_knobs(doc, config, targets, (model_info or {}).get("class_names") or {}, baseline)
     loader_owner = "data" if has_datamodule else "model"
     notes += _extended_notes(doc, config, loader_owner, ((model_info or {}).get("signature") or {}).get(loader_owner) or {}, baseline)
     if not doc["model"]:
@@ -81,17 +82,32 @@ def lightning_cli_config(
     return doc, notes
 
 
-def _set_knobs(doc: dict[str, Any], config: TrialConfig, targets: Mapping[str, Mapping[str, str]]) -> list[str]:
+def _set_knobs(
+    doc: dict[str, Any],
+    config: TrialConfig,
+    targets: Mapping[str, Mapping[str, str]],
+    class_names: Mapping[str, str | None],
+    baseline: TrialConfig | None,
+) -> list[str]:
     """Put the knobs applied through constructor arguments, and the searched ``model_args``/``data_args``,
-    under ``model:``/``data:`` in ``doc``; return a note per knob applied as an attribute."""
+    under ``model:``/``data:`` in ``doc``; return a note per knob applied as an attribute, and per knob
+    applied to the rebuilt training DataLoader that differs from the baseline (``class_names``: section
+    to the user's class name, for the note)."""
     notes: list[str] = []
     for knob, target in targets.items():
         value = getattr(config, knob)
         if value is None:
             continue
         section = target["owner"]
+        owner = class_names.get(section) or ("LightningModule" if section == "model" else "LightningDataModule")
         if target["how"] == "init":  # the dotted path the trial set (autotune.target.knob_overrides)
             set_dotted(doc, f"{section}.{target['name']}", value)
+        elif target["how"] == "loader":  # the trial rebuilt the DataLoader: the code has the value
+            if baseline is None or getattr(baseline, knob) != value:
+                notes.append(
+                    f"{knob}: {value!r}  # pass {target['name']}={value!r} to the DataLoader(...) that {owner}.train_dataloader() "
+                    f"returns (it is not a constructor argument; was {getattr(baseline, knob, None)!r})"
+                )
         else:
             owner = "LightningModule" if section == "model" else "LightningDataModule"
             where = f"hparams[{target['name']!r}]" if target["how"] == "hparams" else target["name"]

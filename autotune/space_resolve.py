@@ -55,7 +55,9 @@ def resolve_space(
             ``accepts_any`` (section to bool), ``has_conv``, ``loader`` (the training DataLoader's
             ``pin_memory``, ``prefetch_factor`` and ``persistent_workers``, or ``None``),
             ``float32_matmul_precision``, ``automatic_optimization`` (``False``: manual optimization,
-            for which ``accumulate_grad_batches`` is dropped with a note, even from an explicit space).
+            for which ``accumulate_grad_batches`` is dropped with a note, even from an explicit space),
+            ``unreachable`` (``batch_size``/``num_workers`` to why not even a rebuilt training
+            DataLoader takes it: dropped with that reason, even from an explicit space).
 
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
@@ -93,6 +95,11 @@ def resolve_space(
             entry, note = _resolve_extended(name, spec, baseline, hardware, info, explicit, source)
             if note:
                 notes.append(note)
+        elif not applicable.get(name, False) and (info.get("unreachable") or {}).get(name):
+            # batch_size/num_workers that not even a rebuilt training DataLoader takes (its own batch
+            # sampler, ...): a property of the model, so dropped even from the user's own space
+            notes.append(f"dropped {name!r}: the model exposes no {name} argument or attribute, and {info['unreachable'][name]}")
+            entry = None
         elif not applicable.get(name, False):
             message = f"{source}: knob {name!r} cannot be applied to this model (see the README: where autotune looks for {name})"
             if explicit:

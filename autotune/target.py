@@ -230,13 +230,28 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
         config: ``batch_size``, ``num_workers``, ``lr``, ``precision``, ``accumulate_grad_batches``),
         ``init_args`` (``{"model": [...], "data": [...]}``).
 
+    A ``batch_size`` or ``num_workers`` that no constructor argument or attribute reaches is applied
+    to the training DataLoader itself (a ``"loader"`` target, see
+    :func:`autotune.loader.loader_targets`); where even that cannot be done, the knob is left out of
+    ``targets`` and ``model_info["unreachable"]`` says why (the space drops it with that line), and
+    the baseline's batch size is the one the loader yields.
+
     Raises:
-        UsageError: The model file or config is unusable, or the batch size cannot be applied.
+        UsageError: The model file or config is unusable, or the batch size can be neither set nor
+            read (no training DataLoader found, ...; the message says what was found).
     """
     import tempfile
 
     from autotune.hardware import probe_hardware
-    from autotune.loader import KnobTarget, _init_params, locate_knobs, read_knob
+    from autotune.loader import (
+        DATALOADER_KNOBS,
+        KnobTarget,
+        _init_params,
+        dataloader_batch_size,
+        loader_targets,
+        locate_knobs,
+        read_knob,
+    )
 
     hardware = probe_hardware()
     model_cls, data_cls, user_config, cli = _load(spec)
@@ -249,27 +264,42 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(optimizer, Mapping) and optimizer.get("class_path"):
         # the config picks the optimizer (LightningCLI replaces configure_optimizers): lr is its argument
         targets["lr"] = KnobTarget("lr", "optimizer", "init", "lr")
-    if "batch_size" not in targets:
-        raise UsageError(
-            f"{spec['model_file']}: autotune cannot set the batch size: give {data_cls.__name__ if data_cls else model_cls.__name__} "
-            "a constructor argument `batch_size` that its train_dataloader() uses"
-        )
+    owner = "data" if datamodule is not None else "model"
+    train_samples, loader, problem = _train_loader(datamodule if datamodule is not None else model)
+    # a batch size or worker count hard-coded in train_dataloader(): the trial rebuilds the DataLoader
+    reached, unreachable = loader_targets([k for k in DATALOADER_KNOBS if k not in targets], owner, loader, problem)
+    targets.update(reached)
     baseline: dict[str, Any] = {}
     for knob, target in targets.items():
+        if target.how == "loader":  # (a DataLoader given a BatchSampler has batch_size None: the sampler's)
+            baseline[knob] = dataloader_batch_size(loader) if knob == "batch_size" else loader.num_workers
+            continue
         parsed = _parsed_value(built.config, f"{target.owner}.{target.name}") if target.how == "init" else None
         baseline[knob] = parsed if parsed is not None else read_knob(target, model, datamodule)
+    if "batch_size" not in targets:  # not searched: the baseline (and every trial) runs the loader's own
+        baseline["batch_size"] = dataloader_batch_size(loader) if loader is not None else None
+        if baseline["batch_size"] is None:
+            holder = data_cls.__name__ if data_cls else model_cls.__name__
+            found = (
+                unreachable["batch_size"] if loader is None else f"its training loader ({type(loader).__name__}) yields no batch to measure"
+            )
+            raise UsageError(
+                f"{spec['model_file']}: autotune cannot set or read the batch size: {found}; give {holder} "
+                "a constructor argument `batch_size` that its train_dataloader() passes to a DataLoader"
+            )
     trainer_cfg = built.trainer
     baseline["precision"] = _canonical_precision(trainer_cfg.get("precision") or "32-true")
     baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches") or 1)
     if baseline.get("num_workers") is None:
-        baseline["num_workers"] = 0
-    train_samples, loader = _train_loader(datamodule or model)
+        baseline["num_workers"] = getattr(loader, "num_workers", 0) if "num_workers" not in targets else 0
+    model_info = _model_info(model_cls, data_cls, model, user_config, loader)
+    model_info["unreachable"] = unreachable
     return {
         "hardware": hardware.to_dict(),
         "cli": cli,
         "user_config": user_config,
         "train_samples": train_samples,
-        "model_info": _model_info(model_cls, data_cls, model, user_config, loader),
+        "model_info": model_info,
         "model_class": model_cls.__name__,
         "data_class": data_cls.__name__ if data_cls else None,
         "targets": {k: t.to_dict() for k, t in targets.items()},
@@ -322,19 +352,33 @@ def _parsed_value(config: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def _train_loader(holder: Any) -> tuple[int | None, Any]:
-    """``(length of the training set, the training DataLoader)`` (best effort: ``setup("fit")`` then
-    ``train_dataloader()``); ``None`` for what cannot be read."""
+def _overrides(holder: Any, hook: str) -> bool:
+    """Whether the user's LightningModule or LightningDataModule ``holder`` defines ``hook`` itself
+    (of either Lightning package)."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    from autotune.loader import lightning_package
+
+    pl = lightning_package(type(holder))
+    parent = pl.LightningDataModule if isinstance(holder, pl.LightningDataModule) else pl.LightningModule
+    return is_overridden(hook, holder, parent=parent)
+
+
+def _train_loader(holder: Any) -> tuple[int | None, Any, str | None]:
+    """``(length of the training set, the training loader, why there is none)`` (best effort:
+    ``setup("fit")`` then ``train_dataloader()``); ``None`` for what cannot be read."""
+    if not _overrides(holder, "train_dataloader"):
+        return None, None, f"no training DataLoader found: {type(holder).__name__} defines no train_dataloader()"
     try:
         if hasattr(holder, "setup"):
             holder.setup("fit")
         loader = holder.train_dataloader()
-    except Exception:  # loaders needing a Trainer, ...: the space stays as written
-        return None, None
+    except Exception as e:  # loaders needing a Trainer, ...: the space stays as written
+        return None, None, f"no training DataLoader found: {type(holder).__name__}.train_dataloader() raised {type(e).__name__}: {e}"
     try:
-        return len(loader.dataset), loader
+        return len(loader.dataset), loader, None
     except Exception:  # an iterable dataset
-        return None, loader
+        return None, loader, None
 
 
 #: Annotation spellings of the constructor-argument types a space may search.
@@ -409,57 +453,54 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
 
 
 def with_loader_options(loader: Any, pin_memory: bool | None, prefetch_factor: int | None) -> Any:
-    """A copy of a ``torch.utils.data.DataLoader`` with ``pin_memory`` and ``prefetch_factor`` set.
+    """A copy of a ``torch.utils.data.DataLoader`` with ``pin_memory`` and ``prefetch_factor`` set
+    (:func:`autotune.loader.rebuild_dataloader`; anything that is not a DataLoader is returned as is)."""
+    from autotune.loader import rebuild_dataloader
 
-    Every other argument is read back from the loader's public attributes (dataset, batch size or
-    batch sampler, sampler, workers, collate function, ...). ``prefetch_factor`` applies only with
-    worker processes (PyTorch refuses it otherwise). Anything that is not a DataLoader is returned
-    as is.
+    return rebuild_dataloader(loader, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
+
+
+def _rebuilt_loader(loader: Any, knobs: Mapping[str, int], config: TrialConfig) -> Any:
+    """A loader rebuilt with the trial's loader knobs (``batch_size``/``num_workers`` that
+    no argument reaches) and its ``pin_memory``/``prefetch_factor``.
+
+    Raises:
+        TrialFault: ``batch_size_not_applied`` or ``num_workers_not_applied``: the loader cannot take
+            the knob (it did at the inspection), the reason in the message.
     """
-    import torch
-    from torch.utils.data import DataLoader, IterableDataset
+    from autotune.loader import dataloader_reach, rebuild_dataloader
+    from autotune.measure import TrialFault
 
-    if not isinstance(loader, DataLoader):
-        return loader
-    kwargs: dict[str, Any] = {
-        "dataset": loader.dataset,
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory if pin_memory is None else pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if loader.num_workers > 0:
-        kwargs["multiprocessing_context"] = loader.multiprocessing_context
-        kwargs["prefetch_factor"] = prefetch_factor or loader.prefetch_factor
-    if torch.cuda.is_available() and kwargs["pin_memory"]:
-        kwargs["pin_memory_device"] = loader.pin_memory_device
-    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is not None:
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
-        if not isinstance(loader.dataset, IterableDataset):
-            kwargs["sampler"] = loader.sampler
-    else:
-        kwargs["batch_sampler"] = loader.batch_sampler
-    return DataLoader(**kwargs)
+    reach = dataloader_reach(loader)
+    for knob, value in knobs.items():
+        if reach[knob] is not None:
+            raise TrialFault(f"{knob}_not_applied", f"{knob} not applied: autotune could not set {knob}={value!r}: {reach[knob]}")
+    return rebuild_dataloader(
+        loader,
+        batch_size=knobs.get("batch_size"),
+        num_workers=knobs.get("num_workers"),
+        pin_memory=config.pin_memory,
+        prefetch_factor=config.prefetch_factor,
+    )
 
 
-def _apply_loader_options(holder: Any, config: TrialConfig) -> None:
+def _apply_loader_options(holder: Any, config: TrialConfig, train_knobs: Mapping[str, int] | None = None) -> None:
     """Make the user's ``train_dataloader``/``val_dataloader`` return loaders with the config's
-    ``pin_memory``/``prefetch_factor`` (only the hooks the user wrote)."""
+    ``pin_memory``/``prefetch_factor`` (only the hooks the user wrote), the training one also with
+    ``train_knobs`` (the ``batch_size``/``num_workers`` applied to the DataLoader itself)."""
     import functools
-
-    from lightning.pytorch.utilities.model_helpers import is_overridden
 
     for hook in ("train_dataloader", "val_dataloader"):
         original = getattr(holder, hook, None)
-        if original is None or not is_overridden(hook, holder):
+        knobs = dict(train_knobs or {}) if hook == "train_dataloader" else {}
+        if original is None or not _overrides(holder, hook):
+            continue
+        if not knobs and config.pin_memory is None and config.prefetch_factor is None:
             continue
 
         @functools.wraps(original)
-        def patched(*args, _original=original, **kwargs):
-            return with_loader_options(_original(*args, **kwargs), config.pin_memory, config.prefetch_factor)
+        def patched(*args, _original=original, _knobs=knobs, **kwargs):
+            return _rebuilt_loader(_original(*args, **kwargs), _knobs, config)
 
         setattr(holder, hook, patched)
 
@@ -526,8 +567,8 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         built = _build(spec, model_cls, data_cls, user_config, cli, knob_overrides(targets, config), str(out_dir))
         model, datamodule = built.model, built.datamodule
         apply_attribute_knobs(targets, {k: getattr(config, k) for k in targets}, model, datamodule)
-        if config.pin_memory is not None or config.prefetch_factor is not None:
-            _apply_loader_options(datamodule if datamodule is not None else model, config)
+        loader_knobs = {k: getattr(config, k) for k, t in targets.items() if t.how == "loader"}
+        _apply_loader_options(datamodule if datamodule is not None else model, config, loader_knobs)
         if config.channels_last:
             model = _apply_channels_last(model)
         _, batches = total_batches(config, int(spec["samples"]))
@@ -537,6 +578,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         callback = measure_callback_class(pl)(
             batch_size=config.batch_size,
             num_workers=config.num_workers if "num_workers" in targets else None,
+            check_batch="batch_size" in targets,  # else the loader's own batch size, which may vary
             total_batches=batches,
             accumulate_grad_batches=config.accumulate_grad_batches,
             out_dir=str(out_dir),

@@ -34,6 +34,18 @@ def test_model_without_datamodule_exports_batch_size_under_model():
     assert "data" not in doc and doc["model"] == {"batch_size": 32} and notes == []
 
 
+def test_knobs_applied_to_the_rebuilt_dataloader_are_notes_when_changed():
+    targets = {k: {"owner": "model", "how": "loader", "name": k} for k in ("batch_size", "num_workers")}
+    info = {"class_names": {"model": "LightningTransformer", "data": None}}
+    baseline = TrialConfig(batch_size=1, num_workers=0)
+    doc, notes = lightning_cli_config(baseline.replace(batch_size=16), targets, None, has_datamodule=False, model_info=info, baseline=baseline)
+    assert "model" not in doc and "batch_size" not in doc["trainer"]
+    assert notes == [
+        "batch_size: 16  # pass batch_size=16 to the DataLoader(...) that LightningTransformer.train_dataloader() returns "
+        "(it is not a constructor argument; was 1)"
+    ]  # num_workers is the baseline's: nothing to change
+
+
 def test_an_export_reads_back_as_the_same_config_and_params():
     import optuna
 

@@ -4,12 +4,17 @@ from conftest import EXAMPLES, MODELS
 from autotune.config import TrialConfig
 from autotune.errors import ModelFileError, UsageError
 from autotune.loader import (
+    KnobTarget,
     build_objects,
     check_model_file,
+    dataloader_batch_size,
+    dataloader_reach,
     find_classes,
     load_user_module,
+    loader_targets,
     locate_knobs,
     read_user_config,
+    rebuild_dataloader,
 )
 
 
@@ -56,3 +61,198 @@ def test_config_file_init_args_and_attribute_knobs(tmp_path):
     assert (dm.batch_size, model.hparams.lr, model.hparams.channels) == (16, 0.01, 8)
     with pytest.raises(UsageError, match=r"DigitsClassifier takes no argument\(s\) \['hidden'\]"):
         build_objects(model_cls, data_cls, {"model": {"hidden": 3}, "data": {}}, targets, {})
+
+
+# --- the training DataLoader rebuilt when the batch size is hard-coded (issue 14, item 3) ---
+
+
+def _pairs(n=40):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    return TensorDataset(torch.arange(float(n)).unsqueeze(1), torch.arange(n))
+
+
+def _collate(samples):  # a user's collate function: must survive the rebuild
+    import torch
+
+    return {"x": torch.stack([x for x, _ in samples]), "y": torch.stack([y for _, y in samples])}
+
+
+def test_a_rebuilt_loader_keeps_dataset_shuffling_collate_and_drop_last():
+    import torch
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, SubsetRandomSampler
+
+    data, g = _pairs(), torch.Generator().manual_seed(3)
+    loader = DataLoader(data, batch_size=4, shuffle=True, drop_last=True, collate_fn=_collate, generator=g)
+    rebuilt = rebuild_dataloader(loader, batch_size=16, num_workers=1)
+    assert rebuilt.dataset is data and rebuilt.collate_fn is _collate and rebuilt.generator is g
+    assert (rebuilt.batch_size, rebuilt.num_workers, rebuilt.drop_last, len(rebuilt)) == (16, 1, True, 2)  # 40 // 16
+    assert isinstance(rebuilt.sampler, RandomSampler) and _is_dataloader_shuffled(rebuilt)
+    assert rebuilt.prefetch_factor == 2  # PyTorch's default once there are workers
+    first = next(iter(rebuilt))
+    assert first["x"].shape == (16, 1) and first["y"].tolist() != list(range(16))  # shuffled, collated
+
+    in_order = rebuild_dataloader(DataLoader(data, batch_size=4), batch_size=8)
+    assert isinstance(in_order.sampler, SequentialSampler) and not _is_dataloader_shuffled(in_order)
+    assert next(iter(in_order))[1].tolist() == list(range(8)) and len(in_order) == 5
+
+    sampler = SubsetRandomSampler(range(0, 40, 2))
+    subset = rebuild_dataloader(DataLoader(data, batch_size=4, sampler=sampler), batch_size=5)
+    assert subset.sampler is sampler and len(subset) == 4  # the user's sampler itself: 20 samples
+    assert all(i % 2 == 0 for i in next(iter(subset))[1].tolist())
+
+    back = rebuild_dataloader(rebuilt, num_workers=0)  # no workers: no prefetch_factor, no persistent workers
+    assert back.num_workers == 0 and back.prefetch_factor is None and not back.persistent_workers and back.batch_size == 16
+
+
+def test_a_batch_sampler_is_rebuilt_when_plain_and_kept_otherwise():
+    from lightning.pytorch.demos.lstm import SequenceSampler
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    data = _pairs()
+    inner = RandomSampler(data)
+    plain = DataLoader(data, batch_sampler=BatchSampler(inner, 4, drop_last=True))
+    assert dataloader_reach(plain) == {"batch_size": None, "num_workers": None}
+    rebuilt = rebuild_dataloader(plain, batch_size=8)
+    assert type(rebuilt.batch_sampler) is BatchSampler and rebuilt.batch_sampler.sampler is inner
+    assert rebuilt.batch_sampler.batch_size == 8 and rebuilt.batch_sampler.drop_last and len(rebuilt) == 5
+
+    # Lightning's demo LSTM: a batch sampler of its own fixes the batch size
+    own = DataLoader(data, batch_sampler=SequenceSampler(data, batch_size=10))
+    reach = dataloader_reach(own)
+    assert reach["num_workers"] is None
+    assert reach["batch_size"] == (
+        "the training DataLoader takes its batches from its own batch_sampler (SequenceSampler), which fixes the batch size"
+    )
+    assert dataloader_batch_size(own) == 10
+    workers = rebuild_dataloader(own, num_workers=1)
+    assert workers.batch_sampler is own.batch_sampler and workers.num_workers == 1
+    with pytest.raises(ValueError, match=r"cannot rebuild the training DataLoader with batch_size=8: .* own batch_sampler"):
+        rebuild_dataloader(own, batch_size=8)
+
+
+def test_loaders_that_cannot_take_the_batch_size():
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Batches(IterableDataset):  # yields whole batches of 5
+        def __iter__(self):
+            return iter(torch.zeros(5, 3) for _ in range(4))
+
+    batches = DataLoader(Batches(), batch_size=None)
+    reach = dataloader_reach(batches)
+    assert "batch_size=None: its dataset (Batches) yields whole batches itself" in reach["batch_size"]
+    assert "IterableDataset read in one process" in reach["num_workers"]
+    assert dataloader_batch_size(batches) == 5  # measured on the first batch
+
+    unbatched = rebuild_dataloader(DataLoader(_pairs(6), batch_size=None), pin_memory=False)  # map-style, no batching
+    assert unbatched.batch_size is None and next(iter(unbatched))[1].tolist() == 0
+
+    class Mine(DataLoader):
+        pass
+
+    assert "Mine (a DataLoader subclass)" in dataloader_reach(Mine(_pairs()))["batch_size"]
+    assert dataloader_reach([[1, 2]]) == dict.fromkeys(("batch_size", "num_workers"), "train_dataloader() returns a list, not a torch DataLoader")
+    assert rebuild_dataloader([[1, 2]], batch_size=4) == [[1, 2]]  # not a DataLoader: as is
+
+    targets, unreachable = loader_targets(["batch_size", "num_workers"], "data", DataLoader(_pairs(), batch_size=4))
+    assert targets == {k: KnobTarget(k, "data", "loader", k) for k in ("batch_size", "num_workers")} and unreachable == {}
+    targets, unreachable = loader_targets(["batch_size"], "model", None, "no training DataLoader found: X defines no train_dataloader()")
+    assert targets == {} and unreachable == {"batch_size": "no training DataLoader found: X defines no train_dataloader()"}
+
+
+def test_the_wrapped_hook_rebuilds_only_the_training_loader():
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader
+
+    from autotune.measure import TrialFault
+    from autotune.target import _apply_loader_options
+
+    class HardCoded(pl.LightningDataModule):  # the batch size written into the hooks
+        def train_dataloader(self):
+            return DataLoader(_pairs(), batch_size=4, shuffle=True, drop_last=True)
+
+        def val_dataloader(self):
+            return DataLoader(_pairs(), batch_size=4)
+
+    data = HardCoded()
+    _apply_loader_options(data, TrialConfig(batch_size=8, num_workers=1), {"batch_size": 8, "num_workers": 1})
+    train = data.train_dataloader()
+    assert (train.batch_size, train.num_workers, train.drop_last, len(train)) == (8, 1, True, 5)
+    assert data.val_dataloader().batch_size == 4 and data.val_dataloader().num_workers == 0
+
+    class OwnSampler(pl.LightningModule):
+        def train_dataloader(self):
+            from lightning.pytorch.demos.lstm import SequenceSampler
+
+            return DataLoader(_pairs(), batch_sampler=SequenceSampler(_pairs(), batch_size=10))
+
+    module = OwnSampler()
+    _apply_loader_options(module, TrialConfig(batch_size=8), {"batch_size": 8})
+    with pytest.raises(TrialFault, match=r"batch_size not applied: autotune could not set batch_size=8: .* own batch_sampler") as e:
+        module.train_dataloader()
+    assert e.value.kind == "batch_size_not_applied"
+    assert torch.is_tensor(next(iter(OwnSampler().train_dataloader()))[0])
+
+
+_NO_LOADER = """
+import lightning.pytorch as pl
+import torch
+
+
+class NoLoader(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+_SELF_BATCHING = (
+    _NO_LOADER.replace("NoLoader", "SelfBatching")
+    + """
+    def train_dataloader(self):
+        class Batches(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                return iter(torch.zeros(6, 4) for _ in range(8))
+
+        return torch.utils.data.DataLoader(Batches(), batch_size=None)
+"""
+)
+
+_SAMPLED = (
+    _NO_LOADER.replace("NoLoader", "Sampled")
+    + """
+    def train_dataloader(self):
+        data = torch.utils.data.TensorDataset(torch.zeros(40, 4))
+        return torch.utils.data.DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 5, False))
+"""
+)
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
+def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_path):
+    from autotune.target import inspect_model
+
+    (tmp_path / "self_batching.py").write_text(_SELF_BATCHING)
+    report = inspect_model({"model_file": str(tmp_path / "self_batching.py")})
+    assert report["targets"] == {} and report["baseline"]["batch_size"] == 6  # measured on the first batch
+    unreachable = report["model_info"]["unreachable"]
+    assert unreachable["batch_size"] == "the training DataLoader has batch_size=None: its dataset (Batches) yields whole batches itself"
+    assert "IterableDataset read in one process" in unreachable["num_workers"]
+
+    (tmp_path / "sampled.py").write_text(_SAMPLED)
+    report = inspect_model({"model_file": str(tmp_path / "sampled.py")})  # a plain BatchSampler: rebuilt with the batch size
+    assert {k: t["how"] for k, t in report["targets"].items()} == {"batch_size": "loader", "num_workers": "loader"}
+    assert report["baseline"]["batch_size"] == 5 and report["model_info"]["unreachable"] == {}
+
+    (tmp_path / "no_loader.py").write_text(_NO_LOADER)
+    with pytest.raises(UsageError, match=r"cannot set or read the batch size: no training DataLoader found: NoLoader defines no train_dataloader\(\)"):
+        inspect_model({"model_file": str(tmp_path / "no_loader.py")})

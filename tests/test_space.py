@@ -100,6 +100,23 @@ def test_inapplicable_knob_is_dropped_by_default_and_an_error_when_explicit():
         _resolve({"lr": {"low": 0.1, "high": 10, "relative": True}}, applicable=applicable, explicit=True)
 
 
+def test_a_knob_no_dataloader_takes_is_dropped_with_the_reason_even_when_explicit():
+    applicable = {**ALL, "batch_size": False}
+    why = "the training DataLoader takes its batches from its own batch_sampler (SequenceSampler), which fixes the batch size"
+    space = parse_space({"batch_size": {"choices": [16, 32]}, "num_workers": {"low": 0, "high": 1}})
+    for explicit in (False, True):
+        resolved, notes = resolve_space(
+            space,
+            baseline=TrialConfig(batch_size=20),
+            hardware=CPU,
+            applicable=applicable,
+            explicit=explicit,
+            model_info={"unreachable": {"batch_size": why}},
+        )
+        assert "batch_size" not in resolved and "num_workers" in resolved
+        assert notes == [f"dropped 'batch_size': the model exposes no batch_size argument or attribute, and {why}"]
+
+
 def test_suggest_config_follows_the_distributions():
     import optuna
 

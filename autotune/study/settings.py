@@ -300,7 +300,9 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
         ui.warn(note)
     limit = opts.memory_limit if opts.memory_limit is not None else (hardware.device_memory_gib if hardware.accelerator == "gpu" else None)
     memory_model = None
-    if limit:
+    if limit and "batch_size" not in resolved:  # the memory model caps batch sizes: none to cap
+        ui.info(f"no memory model ({limit:g} GiB): the batch size is not searched")
+    elif limit:
         memory_model = _probe_memory(model_file, opts, report, resolved, baseline, limit, opts.memory_margin, ui)
     settings = {
         "study_name": study_name,
