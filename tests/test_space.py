@@ -169,3 +169,52 @@ def test_lr_scaling_samples_a_multiplier_and_the_config_holds_the_final_lr():
 def test_bad_lr_scaling(data, message):
     with pytest.raises(SpaceError, match=re.escape(message)):
         parse_space(data, "s.yaml")
+
+
+# --- item 14.7c: a precision this CPU does not run natively is removed like 16-mixed
+
+
+def test_cpu_bf16_is_native_only_with_bf16_instructions(tmp_path):
+    from autotune.hardware import cpu_bf16_native, cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert cpu_flags(str(info)) == {"fpu", "sse2", "avx2", "avx512f"}
+    assert not cpu_bf16_native(cpu_flags(str(info)))
+    assert cpu_bf16_native({"avx2", "avx512_bf16"}) and cpu_bf16_native({"amx_bf16"}) and cpu_bf16_native({"fp", "asimd", "bf16"})
+    assert cpu_flags(str(tmp_path / "missing")) is None  # not Linux: PyTorch's own test, else kept
+    assert cpu_bf16_native(None, torch_check=False) is False and cpu_bf16_native(None) is True
+
+
+def test_cpu_without_bf16_instructions_drops_bf16_with_a_note():
+    no_bf16 = Hardware("cpu", 0, "cpu", 2, False, 16.0)
+    resolved, notes = _resolve({"precision": {"choices": ["32-true", "16-mixed", "bf16-mixed", "bf16-true"]}}, hardware=no_bf16)
+    assert resolved["precision"]["choices"] == ["32-true"]
+    assert "removed precision '16-mixed': Lightning runs '16-mixed' as 'bf16-mixed' on CPU" in notes
+    assert any(n.startswith("removed precision 'bf16-mixed': this CPU has no bfloat16 instructions") for n in notes)
+    assert any(n.startswith("removed precision 'bf16-true': this CPU has no bfloat16 instructions") for n in notes)
+    # a CPU with them keeps bf16 (only 16-mixed goes: Lightning runs it as bf16-mixed)
+    resolved, _ = _resolve({"precision": {"choices": ["32-true", "16-mixed", "bf16-mixed"]}})
+    assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
+
+
+def test_a_bf16_baseline_on_a_cpu_without_bf16_stays_with_a_warning():
+    from autotune.study.settings import _baseline_config
+
+    class Notes:
+        def __init__(self):
+            self.lines = []
+
+        def warn(self, message):
+            self.lines.append(message)
+
+    no_bf16 = Hardware("cpu", 0, "cpu", 2, False, 16.0)
+    ui = Notes()
+    for given in ("bf16-mixed", "16-mixed"):
+        config = _baseline_config({"precision": given, "batch_size": 16, "accumulate_grad_batches": 1, "lr": 0.1}, no_bf16, 1, ui)
+        assert config.precision == "bf16-mixed"  # it runs (emulated): the baseline is the user's own config
+    assert any("keeps its precision 'bf16-mixed', though this CPU has no bfloat16 instructions" in line for line in ui.lines)
+    # the space keeps the baseline's precision as its one extra point
+    resolved, _ = _resolve({"precision": {"choices": ["32-true", "bf16-mixed"]}}, hardware=no_bf16,
+                           baseline=TrialConfig(batch_size=24, lr=1e-3, precision="bf16-mixed"))
+    assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
