@@ -218,3 +218,29 @@ def test_a_bf16_baseline_on_a_cpu_without_bf16_stays_with_a_warning():
     resolved, _ = _resolve({"precision": {"choices": ["32-true", "bf16-mixed"]}}, hardware=no_bf16,
                            baseline=TrialConfig(batch_size=24, lr=1e-3, precision="bf16-mixed"))
     assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
+
+
+# --- item 14.7b: the baseline's num_workers above the core cap is one extra point, not a wider range
+
+
+def test_baseline_num_workers_above_the_cap_is_one_extra_point():
+    baseline = TrialConfig(batch_size=24, lr=1e-3, num_workers=8)
+    resolved, notes = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=baseline)  # 2 cores
+    assert resolved["num_workers"] == {"choices": [0, 1, 2, 8]}  # not 0..8: 3..7 would oversubscribe the cores
+    assert "num_workers: the baseline's 8 is above 2, so it is one extra point of the space: [0, 1, 2, 8]" in notes
+    resolved, notes = _resolve({"num_workers": {"low": 0, "high": 16, "step": 2}}, baseline=baseline)
+    assert resolved["num_workers"] == {"choices": [0, 2, 8]} and any("capped at 2" in n for n in notes)
+    resolved, _ = _resolve({"num_workers": {"choices": [0, 1, 4]}}, baseline=baseline)
+    assert resolved["num_workers"] == {"choices": [0, 1, 8]}  # choices: 4 capped away, the baseline's 8 kept
+    # a baseline inside the cap keeps the range
+    resolved, _ = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=TrialConfig(batch_size=24, lr=1e-3, num_workers=1))
+    assert resolved["num_workers"] == {"low": 0, "high": 2, "log": False}
+    # the baseline is a point of the space the sampler accepts
+    import optuna
+
+    from autotune.space import baseline_params
+
+    resolved, _ = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=baseline)
+    study = optuna.create_study()
+    study.enqueue_trial(baseline_params(resolved, baseline))
+    assert suggest_config(study.ask(), resolved, baseline).num_workers == 8
