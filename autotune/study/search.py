@@ -67,7 +67,7 @@ class SearchResult:
 
 def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
     """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
-    each trial's loss constraint, ``Trial.set_constraint``)."""
+    each trial's loss constraint, :func:`autotune.optuna_compat.set_constraint`)."""
 
     # the grid's point numbering comes from its seed: every run of a study must use the same one
     offset = 0 if name == "grid" else seed_offset

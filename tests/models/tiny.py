@@ -2,6 +2,8 @@
 
 ``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
+``fast_infeasible`` makes a trial skip ``TINY_SAMPLE_SLEEP`` (faster than the others) and log a
+``val_loss`` 10 above its own (beyond any loss tolerance).
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
 ``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
 ``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
@@ -58,7 +60,7 @@ class TinyModel(pl.LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         FAULT = _fault()
-        if os.environ.get("TINY_SAMPLE_SLEEP"):
+        if os.environ.get("TINY_SAMPLE_SLEEP") and FAULT != "fast_infeasible":
             time.sleep(float(os.environ["TINY_SAMPLE_SLEEP"]) * len(x))
         if FAULT == "raise" and batch_idx == 2:
             raise ValueError("boom from the user's training_step")
@@ -83,7 +85,8 @@ class TinyModel(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
+        worse = 10.0 if _fault() == "fast_infeasible" else 0.0
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y) + worse, sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
