@@ -92,7 +92,8 @@ class RankReport(RankSummary, total=False):
         noise: Gradient noise estimates, or ``None`` when none was measured.
         flops_per_sample: FLOPs per training sample (forward and backward), or ``None``.
         peak_flops: The device's peak, FLOP/s (rank 0 only), or ``None``.
-        peak_flops_source: ``"lightning"``, ``"measured"`` or ``"cached"``, or ``None``.
+        peak_flops_source: ``"lightning"``, ``"measured"`` or ``"cached"``, or ``None`` (the trial's
+            figures may say ``"achieved"``: :func:`autotune.measure.merge_ranks`).
         metrics: The scalar ``trainer.callback_metrics`` at the end of ``fit``.
         peak_memory_gib: Peak memory, GiB.
         peak_memory_kind: ``"cuda_max_allocated"`` (per device) or ``"cpu_rss"`` (the process's).
