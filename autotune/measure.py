@@ -41,11 +41,17 @@ class TrialFault(Exception):
 
     Kinds: ``batch_size_not_applied``, ``num_workers_not_applied``, ``precision_not_applied``,
     ``nonfinite_loss``, ``monitor_missing``.
+
+    Attributes:
+        kind: The category.
+        details: Figures the rank report's ``error`` carries besides kind and message (e.g.
+            ``epoch_samples``, see :class:`autotune.rank_report.RankError`).
     """
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, **details: Any):
         super().__init__(message)
         self.kind = kind
+        self.details = details
 
 
 def batch_length(batch: Any) -> int | None:

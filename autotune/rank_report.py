@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 __all__ = ["NoiseReport", "RankError", "RankReport", "RankSummary", "read_rank_reports", "write_rank_report"]
 
@@ -65,10 +65,18 @@ class NoiseReport(TypedDict):
 
 
 class RankError(TypedDict):
-    """Why a rank failed: ``kind`` is a failure kind of :data:`autotune.errors.FAIL_KINDS`."""
+    """Why a rank failed: ``kind`` is a failure kind of :data:`autotune.errors.FAIL_KINDS`.
+
+    Attributes:
+        kind: The failure kind.
+        message: One line.
+        epoch_samples: Samples in one epoch on this rank, when its first batch showed the data ran out
+            before the batch was full (``batch_size_not_applied``; see :mod:`autotune.study.bounds`).
+    """
 
     kind: str
     message: str
+    epoch_samples: NotRequired[int]
 
 
 class RankReport(RankSummary, total=False):

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.errors import FailKind
 from autotune.summary import (
     confirmation_lines,
     flops_line,
@@ -270,7 +271,8 @@ class ConsoleUI:
         rows = trial_rows(study, recommended.number if recommended else None)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
         render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
-        failed = [r for r in rows if r["state"] != "COMPLETE"]
+        # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
+        failed = [r for r in rows if r["state"] != "COMPLETE" and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
         if failed:
             self.console.print(
                 f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False

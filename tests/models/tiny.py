@@ -9,6 +9,8 @@ trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every 
 ``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
 ``TINY_MIB_PER_SAMPLE=M`` makes every step allocate and touch ``M`` MiB per sample (memory that grows
 with the batch, for the memory model on a CPU).
+``TINY_ITERABLE=N`` makes the training set an ``IterableDataset`` that yields only its first ``N``
+samples per epoch (its length is unknown at inspection: a batch above ``N`` is only learned from a trial).
 ``TINY_OOM_ABOVE=N`` raises CUDA's out-of-memory error for any batch larger than ``N`` samples (a
 memory limit, on a CPU).
 """
@@ -19,7 +21,17 @@ import time
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+
+class _FirstSamples(IterableDataset):
+    """The first ``n`` samples of a dataset, as an iterable dataset (no ``len``)."""
+
+    def __init__(self, dataset, n: int):
+        self.dataset, self.n = dataset, n
+
+    def __iter__(self):
+        return (self.dataset[i] for i in range(self.n))
 
 
 def _fault() -> str:
@@ -43,6 +55,8 @@ class TinyData(pl.LightningDataModule):
 
     def train_dataloader(self):
         size = 16 if os.environ.get("TINY_IGNORE_BATCH") else self.batch_size
+        if os.environ.get("TINY_ITERABLE"):
+            return DataLoader(_FirstSamples(self.train_set, int(os.environ["TINY_ITERABLE"])), batch_size=size, num_workers=self.num_workers)
         return DataLoader(self.train_set, batch_size=size, shuffle=self.shuffle, num_workers=self.num_workers)
 
     def val_dataloader(self):
