@@ -155,8 +155,8 @@ def peak_flops(device: Any, precision: str) -> tuple[float | None, str]:
     """Peak FLOP/s of one device for a trial's precision, and where the figure came from.
 
     A cached figure is checked first by one small multiplication (:data:`CHECK_SIZE`): when that runs
-    clearly faster than the cached peak (:data:`CHECK_MARGIN`), the peak is measured again (the cache held a figure measured on a busy
-    machine, or one that a key without the CPU's model shared with another CPU).
+    clearly faster than the cached peak (:data:`CHECK_MARGIN`), the peak is measured again (the cache
+    held a figure measured on a busy machine, or by another torch build).
 
     Returns:
         ``(flops, source)``: ``source`` is ``"lightning"`` (``get_available_flops``), ``"measured"``
