@@ -116,13 +116,18 @@ def check_num_workers(loader: Any, num_workers: int | None) -> None:
 def check_batch_size(samples: int | None, batch_size: int, loader: Any) -> None:
     """Check that the first training batch, of ``samples`` samples (``None``: unknown), has ``batch_size``.
 
+    A first batch smaller than ``batch_size`` from a DataLoader built with that batch size (or holding
+    that many samples) means the data ran out: an epoch has ``samples`` samples on this rank (an
+    ``IterableDataset`` whose length inspection could not know). The fault then carries
+    ``epoch_samples``, and the study stops sampling batches above it.
+
     Args:
         samples: Samples in the first batch (:func:`autotune.measure.batch_length`).
         batch_size: The trial's per-device batch size.
-        loader: The train DataLoader, to tell a training set smaller than the batch in the message.
+        loader: The train DataLoader (its ``batch_size`` and dataset length tell an epoch smaller than the batch).
 
     Raises:
-        TrialFault: ``batch_size_not_applied``.
+        TrialFault: ``batch_size_not_applied`` (with ``epoch_samples`` when the data ran out).
     """
     if samples is None or samples == batch_size:
         return
@@ -130,10 +135,16 @@ def check_batch_size(samples: int | None, batch_size: int, loader: Any) -> None:
         small = samples < batch_size and samples == len(loader.dataset)
     except (AttributeError, TypeError):  # iterable datasets have no length
         small = False
-    hint = " (is the training set smaller than the batch?)" if small else ""
+    if samples < batch_size and (small or getattr(loader, "batch_size", None) == batch_size):
+        raise TrialFault(
+            "batch_size_not_applied",
+            f"batch_size not applied: the first training batch had {samples} samples, the trial asked for {batch_size}: "
+            f"the training data ran out (an epoch has {samples} samples per device)",
+            epoch_samples=samples,
+        )
     raise TrialFault(
         "batch_size_not_applied",
-        f"batch_size not applied: the first training batch had {samples} samples, the trial asked for {batch_size}{hint}",
+        f"batch_size not applied: the first training batch had {samples} samples, the trial asked for {batch_size}",
     )
 
 
@@ -300,7 +311,7 @@ class _MeasureHooks:
         if forked is not None:  # in the launching process: a forked rank failed, and reported nothing itself
             rank = trainer.node_rank * trainer.num_devices + forked
         # the time tells the rank that failed first from the ranks that failed because of it (see autotune.runner.classify)
-        error = {"kind": kind, "message": message, "time": time.time()}
+        error = {"kind": kind, "message": message, "time": time.time(), **getattr(exception, "details", {})}
         write_rank_report(self.out_dir, rank, {**self.static, "rank": rank, "ok": False, "error": error})
 
     def report(self, trainer) -> RankReport:

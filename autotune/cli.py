@@ -265,9 +265,14 @@ def _cmd_show(args) -> int:
         print(text)
     else:
         from autotune.study import confirmation, oom_frontier
+        from autotune.study.bounds import epoch_lines
         from autotune.summary import confirmation_lines, frontier_lines
 
-        for line in (*frontier_lines(oom_frontier(study)), *confirmation_lines(confirmation(study, settings), settings.objective)):
+        for line in (
+            *frontier_lines(oom_frontier(study)),
+            *epoch_lines(study),
+            *confirmation_lines(confirmation(study, settings), settings.objective),
+        ):
             print(line)
     return 0
 

@@ -44,6 +44,9 @@ def storage_for_dashboard(target: str | None) -> str:
 def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=None) -> None:
     """Serve optuna-dashboard until interrupted (blocks).
 
+    The dashboard's best trial is autotune's recommendation, and its Pareto front holds feasible
+    trials only (see :func:`autotune.optuna_compat.dashboard_honours_constraints`).
+
     Args:
         storage_url: Storage to serve (must exist).
         host: Address to bind; 127.0.0.1 keeps it on this machine.
@@ -58,9 +61,11 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=
 
     from optuna_dashboard import run_server
 
+    from autotune.optuna_compat import dashboard_honours_constraints
     from autotune.study import open_storage
 
     storage = open_storage(storage_url, create=False)
+    dashboard_honours_constraints(storage, _recommended(open_storage(storage_url, create=False)))
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, port))
@@ -69,3 +74,20 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=
     if announce is not None:
         announce()
     run_server(storage, host=host, port=port)
+
+
+def _recommended(storage):
+    """For the dashboard: a study name to autotune's recommended trial (read through ``storage``), or
+    ``None`` for a study autotune did not make or with nothing to recommend."""
+
+    def best(study_name: str):
+        import optuna
+
+        from autotune.study.records import recommendation
+        from autotune.study.settings import settings_of
+
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        settings = settings_of(study)
+        return None if settings is None else recommendation(study, settings)[0]
+
+    return best

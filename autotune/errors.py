@@ -72,6 +72,7 @@ class FailKind(str, enum.Enum):
     NO_LOSS_CURVE = "no_loss_curve"
     NO_NOISE_SCALE = "no_noise_scale"
     PREDICTED_OOM = "predicted_oom"
+    BATCH_ABOVE_EPOCH = "batch_above_epoch"
     PRUNED = "pruned"
     INTERRUPTED = "interrupted"
     NODE_LOST = "node_lost"
@@ -105,8 +106,8 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     ),
     FailKind.CRASHED: ("the trial process exited without a report (or not every rank reported)", "read log_tail"),
     FailKind.BATCH_SIZE_NOT_APPLIED: (
-        "the first training batch did not have the trial's batch_size",
-        "make the DataLoader read the batch_size constructor argument",
+        "the first training batch did not have the trial's batch_size (or the data ran out before it was full)",
+        "make the DataLoader read the batch_size constructor argument; an epoch smaller than the batch removes that batch size",
     ),
     FailKind.NUM_WORKERS_NOT_APPLIED: (
         "the train DataLoader did not have the trial's num_workers",
@@ -132,6 +133,10 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     FailKind.PREDICTED_OOM: (
         "not run (PRUNED): an earlier trial ran out of memory at a batch as large or larger, same devices, a dtype as narrow",
         "nothing to do; autotune show lists the OOM frontier",
+    ),
+    FailKind.BATCH_ABOVE_EPOCH: (
+        "not run (PRUNED): its per-device batch is larger than an epoch, as an earlier trial's first batch showed",
+        "nothing to do; larger batches need a training set with more samples per epoch",
     ),
     FailKind.PRUNED: (
         "stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)",

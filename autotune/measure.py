@@ -51,11 +51,17 @@ class TrialFault(Exception):
     Kinds: ``batch_size_not_applied``, ``num_workers_not_applied``, ``precision_not_applied``,
     ``nonfinite_loss``, ``monitor_missing``. The kind is also a note of the exception
     (:data:`FAULT_NOTE`), which formatted tracebacks include.
+
+    Attributes:
+        kind: The category.
+        details: Figures the rank report's ``error`` carries besides kind and message (e.g.
+            ``epoch_samples``, see :class:`autotune.rank_report.RankError`).
     """
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, **details: Any):
         super().__init__(message)
         self.kind = kind
+        self.details = details
         if sys.version_info >= (3, 11):  # formatted tracebacks show notes from Python 3.11 on
             self.add_note(f"{FAULT_NOTE}{kind}")
 
@@ -229,9 +235,14 @@ def merge_ranks(ranks: Sequence[RankReport], peak_memory_kind: str) -> dict[str,
         peak_memory_kind: ``"cuda_max_allocated"`` (per device; the maximum over ranks is kept) or
             ``"cpu_rss"`` (peak RSS of each rank and its workers; summed over ranks).
 
+    The device's peak FLOP/s (rank 0's) is never below what the trial achieved per device
+    (``flops_per_sample x device/samples_per_sec``): a lower peak (a cached figure measured on a busy
+    machine) is raised to it, with ``peak_flops_source`` ``"achieved"``, so MFU stays at most 100%.
+
     Returns:
         ``samples_per_sec`` (global), ``device/samples_per_sec`` (per device), step times, data
-        wait fraction, ``peak_memory_gib``, ``loss_curve``, ``train_loss_final``, ``metrics``.
+        wait fraction, ``peak_memory_gib``, ``loss_curve``, ``train_loss_final``, ``metrics``,
+        ``flops_per_sample``, ``peak_flops`` and ``peak_flops_source``.
     """
 
     def rate(r: RankReport) -> float:
@@ -246,6 +257,11 @@ def merge_ranks(ranks: Sequence[RankReport], peak_memory_kind: str) -> dict[str,
         metrics[name] = statistics.fmean(values)
     memory = [r.get("peak_memory_gib", 0.0) for r in ranks]
     rank0 = min(ranks, key=lambda r: r.get("rank", 0))
+    flops_per_sample = _mean_or_none([r.get("flops_per_sample") for r in ranks])
+    peak, peak_source = rank0.get("peak_flops"), rank0.get("peak_flops_source")
+    achieved = flops_per_sample * sps / len(ranks) if flops_per_sample and math.isfinite(sps) else None
+    if peak and achieved and achieved > peak:
+        peak, peak_source = achieved, "achieved"
     return {
         "samples_per_sec": sps,
         "device/samples_per_sec": sps / len(ranks) if ranks else float("nan"),
@@ -261,9 +277,9 @@ def merge_ranks(ranks: Sequence[RankReport], peak_memory_kind: str) -> dict[str,
         "warmup_batches": rank0["warmup_batches"],
         "samples_seen": rank0["samples_seen"],
         "noise": _merge_noise([r.get("noise") for r in ranks]),
-        "flops_per_sample": _mean_or_none([r.get("flops_per_sample") for r in ranks]),
-        "peak_flops": rank0.get("peak_flops"),
-        "peak_flops_source": rank0.get("peak_flops_source"),
+        "flops_per_sample": flops_per_sample,
+        "peak_flops": peak,
+        "peak_flops_source": peak_source,
     }
 
 

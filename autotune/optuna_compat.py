@@ -5,7 +5,9 @@ autotune drives trials with ask/tell through a shared queue of WAITING trials in
 live :class:`optuna.trial.Trial` for a stored trial, the atomic WAITING -> RUNNING claim that
 ``Study.ask`` does (Optuna's ``optuna.study._optimize``/``Study._pop_waiting_trial_id``), heartbeats
 outside ``optimize`` (``optuna.storages._heartbeat``), the ``fixed_params`` that
-``Study.enqueue_trial`` stores, and system attributes. Checked against Optuna 5.0.
+``Study.enqueue_trial`` stores, system attributes, and the form a trial's constraint is stored in
+(:func:`set_constraint`). Checked against Optuna 5.0. It also holds the two places optuna-dashboard
+0.21 is taught to honour that constraint (:func:`dashboard_honours_constraints`).
 
 :class:`autotune.storage.ResilientRDBStorage` also names the private storage methods that Optuna's
 own wrappers call (``_PRIVATE_CALLS`` there), to retry them.
@@ -13,15 +15,23 @@ own wrappers call (``_PRIVATE_CALLS`` there), to retry them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 
+#: The system attribute Optuna reads a trial's constraint values from as a list (``optuna.study.
+#: _constrained_optimization._CONSTRAINTS_KEY``): what a sampler's ``constraints_func`` stores, and the
+#: only form optuna-dashboard 0.21 reads.
+CONSTRAINTS_KEY = "constraints"
+
 __all__ = [
     "claim_waiting",
+    "dashboard_honours_constraints",
     "fixed_params",
     "heartbeat_interval",
     "record_heartbeat",
+    "set_constraint",
     "set_study_system_attr",
     "set_trial_system_attr",
     "study_system_attrs",
@@ -87,3 +97,74 @@ def set_study_system_attr(study: optuna.Study, key: str, value: Any) -> None:
 def set_trial_system_attr(study: optuna.Study, trial: Any, key: str, value: Any) -> None:
     """Set one system attribute of a trial (a :class:`~optuna.trial.FrozenTrial` or a live trial)."""
     study._storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+def set_constraint(study: optuna.Study, trial: Any, value: float) -> None:
+    """Store a trial's one constraint (the loss tolerance; feasible when ``value <= 0``) as the list
+    ``[value]`` in the system attribute ``constraints``.
+
+    That is the form Optuna's samplers store for a ``constraints_func`` and read back as
+    ``FrozenTrial.constraints == {"0": value}``, and the only form optuna-dashboard 0.21 reads: its
+    trial list, history and Pareto figures show a trial stored with ``Trial.set_constraint`` (system
+    attribute ``constraints:<name>``) as having no constraint. It is stored in one form only: two would
+    count as two constraints (Optuna's GP sampler then fits a model per constraint, and fails on a
+    resumed study whose older trials hold one).
+
+    Args:
+        study: The trial's study.
+        trial: A live or frozen trial not yet told.
+        value: The constraint value (finite; ``<= 0`` is feasible).
+    """
+    study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(value)])
+
+
+def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return all(v <= 0.0 for v in trial.constraints.values())
+
+
+def dashboard_honours_constraints(storage: Any, best_trial: Callable[[str], optuna.trial.FrozenTrial | None]) -> None:
+    """Make optuna-dashboard 0.21, served in this process on ``storage``, pick best trials among the
+    feasible ones.
+
+    The dashboard draws infeasible trials apart (it reads :data:`CONSTRAINTS_KEY`), but its best trial
+    (the overview's "Best Trial (number=N)" and the trial list's "Best Trial" badge) is
+    ``storage.get_best_trial``, the best value of any complete trial, and its multi-objective "best
+    trials" are its own Pareto front of every complete trial (``optuna_dashboard._app.
+    get_pareto_front_trials``). Here ``storage.get_best_trial`` (of this storage object only: serve
+    the dashboard a storage of its own) returns ``best_trial(study name)``, else the best feasible
+    trial (as Optuna's ``Study.best_trial`` chooses), else, with no feasible trial, the storage's own
+    answer; and the dashboard's Pareto front leaves out infeasible trials, as ``Study.best_trials`` does.
+
+    Args:
+        storage: The Optuna storage the dashboard serves (an instance attribute overrides its method).
+        best_trial: The trial to show as best in a single-objective study (read through another
+            storage: Optuna's ``Study.best_trial`` calls ``get_best_trial``), or ``None`` to let the
+            constraint alone choose; an exception counts as ``None``.
+    """
+    import optuna_dashboard._app as dashboard_app
+
+    storage_best = storage.get_best_trial
+
+    def get_best_trial(study_id: int) -> optuna.trial.FrozenTrial:
+        try:
+            chosen = best_trial(storage.get_study_name_from_id(study_id))
+        except Exception:  # the dashboard must answer: the constraint alone chooses
+            chosen = None
+        if chosen is not None:
+            return chosen
+        complete = storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        feasible = [t for t in complete if _feasible(t)]
+        if not feasible:
+            return storage_best(study_id)
+        if storage.get_study_directions(study_id)[0] == optuna.study.StudyDirection.MAXIMIZE:
+            return max(feasible, key=lambda t: t.value)
+        return min(feasible, key=lambda t: t.value)
+
+    storage.get_best_trial = get_best_trial
+    pareto_front = getattr(dashboard_app.get_pareto_front_trials, "__wrapped__", dashboard_app.get_pareto_front_trials)
+
+    def feasible_pareto_front(trials, directions):
+        return pareto_front([t for t in trials if _feasible(t)], directions)
+
+    feasible_pareto_front.__wrapped__ = pareto_front  # type: ignore[attr-defined]
+    dashboard_app.get_pareto_front_trials = feasible_pareto_front

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 __all__ = ["NoiseReport", "RankError", "RankReport", "RankSummary", "read_rank_reports", "write_rank_report"]
 
@@ -67,12 +67,14 @@ class NoiseReport(TypedDict):
 class _RankErrorKeys(TypedDict):
     kind: str
     message: str
+    epoch_samples: NotRequired[int]
 
 
 class RankError(_RankErrorKeys, total=False):
     """Why a rank failed: ``kind`` is a failure kind of :data:`autotune.errors.FAIL_KINDS`, ``message``
     the one-line reason, ``time`` when the rank failed (epoch seconds; absent for a failure before
-    ``fit``)."""
+    ``fit``), ``epoch_samples`` the samples in one epoch on this rank, when its first batch showed the
+    data ran out before the batch was full (``batch_size_not_applied``; see :mod:`autotune.study.bounds`)."""
 
     time: float
 
@@ -98,7 +100,8 @@ class RankReport(RankSummary, total=False):
         noise: Gradient noise estimates, or ``None`` when none was measured.
         flops_per_sample: FLOPs per training sample (forward and backward), or ``None``.
         peak_flops: The device's peak, FLOP/s (rank 0 only), or ``None``.
-        peak_flops_source: ``"lightning"``, ``"measured"`` or ``"cached"``, or ``None``.
+        peak_flops_source: ``"lightning"``, ``"measured"`` or ``"cached"``, or ``None`` (the trial's
+            figures may say ``"achieved"``: :func:`autotune.measure.merge_ranks`).
         metrics: The scalar ``trainer.callback_metrics`` at the end of ``fit``.
         peak_memory_gib: Peak memory, GiB.
         peak_memory_kind: ``"cuda_max_allocated"`` (per device) or ``"cpu_rss"`` (the process's).

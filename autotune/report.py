@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.errors import FailKind
 from autotune.summary import (
     confirmation_lines,
     flops_line,
@@ -83,7 +84,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "step_time_median": attrs.get("step_time_median"),
                 "data_wait_fraction": attrs.get("data_wait_fraction"),
                 "peak_memory_gib": attrs.get("peak_memory_gib"),
-                "mfu": attrs.get("mfu"),
+                # unknown when the peak was raised to this trial's own FLOP/s (see autotune.measure.merge_ranks)
+                "mfu": attrs.get("mfu") if attrs.get("peak_flops_source") != "achieved" else None,
                 "model_flops_per_sec": attrs.get("model_flops_per_sec"),
                 "goodput": attrs.get("goodput"),
                 "gradient_noise_scale": attrs.get("gradient_noise_scale"),
@@ -283,7 +285,8 @@ class ConsoleUI:
         rows = trial_rows(study, recommended.number if recommended else None)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
         render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
-        failed = [r for r in rows if r["state"] != "COMPLETE"]
+        # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
+        failed = [r for r in rows if r["state"] != "COMPLETE" and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
         if failed:
             self.console.print(
                 f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False

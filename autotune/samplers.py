@@ -2,7 +2,7 @@
 
 - ``tpe`` (default): Optuna's multivariate TPE (Bergstra et al. 2011; Falkner et al. 2018 for the
   multivariate form), 5 random start-up trials. It reads each trial's loss-tolerance constraint
-  (``Trial.set_constraint``) and avoids infeasible regions (the constrained TPE of Optuna).
+  (:func:`autotune.optuna_compat.set_constraint`) and avoids infeasible regions (the constrained TPE of Optuna).
 - ``gp``: Optuna's Gaussian-process sampler (log expected improvement, constraints handled the same
   way); best for small budgets of mostly numeric knobs.
 - ``cmaes``: Optuna's CMA-ES (Hansen 2016) on the numeric knobs; categorical knobs (``precision``,

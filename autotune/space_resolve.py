@@ -198,6 +198,12 @@ def _resolve_range(name: str, spec: KnobSpec, baseline: TrialConfig, limits: _Li
             f"batch_size capped at {limits.train_samples // baseline.world_size}: the training set has {limits.train_samples} samples"
         )
         high = limits.train_samples // baseline.world_size
+    if name == "num_workers" and base_value > high:
+        # the baseline's workers above the range (the core cap): one extra point, not a range widened to it
+        top, step = int(high), spec.step or 1
+        choices = sorted(set(range(min(int(cast(float, low)), top), top + 1, step)) | {base_value})
+        notes.append(f"num_workers: the baseline's {base_value} is above {top}, so it is one extra point of the space: {choices}")
+        return {"choices": choices}
     low, high = min(low, base_value), max(high, base_value)
     if KNOB_TYPES[name] is int:
         low, high = int(low), int(high)

@@ -115,6 +115,8 @@ def flops_line(trial: Any) -> str | None:
     if not attrs.get("model_flops_per_sec"):
         return None
     mfu = f", MFU {attrs['mfu']:.1%} of the device's peak" if attrs.get("mfu") is not None else ""
+    if attrs.get("mfu") is not None and attrs.get("peak_flops_source") == "achieved":
+        mfu = ", MFU unknown: the measured peak was below this trial's FLOP/s (re-measure it: docs/troubleshooting.md)"
     return (
         f"model FLOPs: {attrs['flops_per_sample'] / 1e9:.4g} GFLOP per sample (forward + backward), "
         f"{attrs['model_flops_per_sec'] / 1e12:.4g} TFLOP/s{mfu}"

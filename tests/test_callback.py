@@ -137,11 +137,19 @@ def test_batch_and_worker_checks():
     check_batch_size(32, 32, None)
     check_batch_size(None, 32, None)  # a batch autotune cannot measure is not checked
     loader = types.SimpleNamespace(dataset=list(range(10)), num_workers=2)
-    with pytest.raises(TrialFault, match=r"had 10 samples, the trial asked for 32 \(is the training set smaller") as caught:
+    with pytest.raises(TrialFault, match=r"had 10 samples, the trial asked for 32: the training data ran out") as caught:
         check_batch_size(10, 32, loader)
-    assert caught.value.kind == "batch_size_not_applied"
-    with pytest.raises(TrialFault, match=r"(?m)had 16 samples, the trial asked for 32$"):  # (?m): pytest matches the kind note too
+    assert caught.value.kind == "batch_size_not_applied" and caught.value.details == {"epoch_samples": 10}
+    with pytest.raises(TrialFault, match=r"(?m)had 16 samples, the trial asked for 32$") as caught:  # (?m): pytest matches the kind note too
         check_batch_size(16, 32, types.SimpleNamespace())
+    assert caught.value.details == {}
+    # an iterable dataset (no length) from a DataLoader with the trial's batch size: the data ran out (14.7a)
+    with pytest.raises(TrialFault, match=r"(?m)an epoch has 50 samples per device\)$") as caught:
+        check_batch_size(50, 64, types.SimpleNamespace(dataset=iter(()), batch_size=64))
+    assert caught.value.details == {"epoch_samples": 50}
+    with pytest.raises(TrialFault, match=r"(?m)asked for 64$") as caught:  # the DataLoader has another batch size: not applied
+        check_batch_size(16, 64, types.SimpleNamespace(dataset=iter(()), batch_size=16))
+    assert caught.value.details == {}
     check_num_workers(loader, 2)
     check_num_workers(loader, None)
     with pytest.raises(TrialFault, match="the train DataLoader has 2, the trial asked for 4") as caught:

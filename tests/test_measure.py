@@ -142,3 +142,19 @@ def test_a_forked_rank_s_exception_is_classified_from_its_traceback_text():
     assert classify_exception(killed) == ("killed", "killed: DDP rank process 1 was killed by SIGKILL")
     crashed = ProcessExitedException("process 0 terminated with exit code 3", 0, 4242, 3)
     assert classify_exception(crashed) == ("crashed", "crashed: DDP rank process 0 exited with code 3")
+
+
+# --- item 14.7d: a peak is never below what a trial achieved (MFU never above 100%)
+
+
+def test_merge_ranks_raises_a_peak_below_what_the_trial_achieved():
+    from autotune.flops import mfu
+
+    ranks = [{**summarize(_record(world=2)), "rank": r, "peak_memory_gib": 1.0, "metrics": {}, "flops_per_sample": 1e6,
+              "peak_flops": 3.5e8 if r == 0 else None, "peak_flops_source": "cached" if r == 0 else None} for r in range(2)]
+    merged = merge_ranks(ranks, "cpu_rss")
+    per_device = 1e6 * merged["device/samples_per_sec"]  # 3.2e9 FLOP/s achieved, above the cached 3.5e8
+    assert (merged["peak_flops"], merged["peak_flops_source"]) == (pytest.approx(per_device), "achieved")
+    assert mfu(merged["flops_per_sample"], merged["samples_per_sec"], merged["peak_flops"], 2) == pytest.approx(1.0)
+    ranks[0]["peak_flops"] = 1e12  # a plausible peak stays as measured
+    assert (merge_ranks(ranks, "cpu_rss")["peak_flops"], merge_ranks(ranks, "cpu_rss")["peak_flops_source"]) == (1e12, "cached")

@@ -15,10 +15,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def made_study(tmp_path_factory):
-    """A real 6-trial study of the tiny model in which trial 1 fails (NaN loss)."""
+    """A real 6-trial study of the tiny model in which trial 1 fails (NaN loss) and trial 2 is the fastest
+    but infeasible (its loss is far above the baseline's; every other trial sleeps 0.2 ms per sample)."""
     folder = tmp_path_factory.mktemp("report")
     run_cli(["search", MODELS / "tiny.py", "--trials", 6, "--samples", 512, "--storage", f"sqlite:///{folder / 'tiny.db'}",
-             "--study-name", "tiny", "--out", folder / "tiny.best.yaml"], cwd=folder, env={"TINY_FAULTS": "1:nan"}, check_rc=0)
+             "--study-name", "tiny", "--out", folder / "tiny.best.yaml"], cwd=folder,
+            env={"TINY_FAULTS": "1:nan,2:fast_infeasible", "TINY_SAMPLE_SLEEP": "0.0002"}, check_rc=0)
     return folder
 
 
@@ -136,8 +138,11 @@ def test_optuna_s_own_cli_reads_autotune_studies(made_study):
     assert best.returncode == 0, best.stderr
     study, settings = load_study("tiny", url)
     recommended, _ = recommendation(study, settings)
-    # Optuna's best trial honours the loss-tolerance constraint we store: it is our recommendation
-    assert json.loads(best.stdout)["number"] == recommended.number
+    # Optuna's best trial honours the loss-tolerance constraint we store: it is our recommendation,
+    # not the faster infeasible trial 2
+    assert json.loads(best.stdout)["number"] == recommended.number != 2
+    faster = study.trials[2]
+    assert faster.user_attrs["feasible"] is False and faster.values[0] > recommended.values[0]
 
 
 CHROMIUM_FLAGS = [
@@ -167,9 +172,10 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
     import optuna
 
     db = tmp_path / "both.db"
-    shutil.copy(made_study / "tiny.db", db)  # single objective, trial 1 failed (NaN)
+    shutil.copy(made_study / "tiny.db", db)  # single objective, trial 1 failed (NaN), trial 2 the fastest but infeasible
     run_cli(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 512, "--storage", f"sqlite:///{db}", "--study-name", "front",
-             "--objective", "pareto", "--out", tmp_path / "front.yaml"], cwd=tmp_path, env={"TINY_FAULTS": "1:raise"}, check_rc=0)
+             "--objective", "pareto", "--out", tmp_path / "front.yaml"], cwd=tmp_path,
+            env={"TINY_FAULTS": "1:raise,2:fast_infeasible", "TINY_SAMPLE_SLEEP": "0.0002"}, check_rc=0)
     for name in ("tiny", "front"):  # autotune does not prune yet: a pruned trial added through Optuna's API
         study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
         study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=study.trials[0].params,
@@ -201,6 +207,18 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
             assert f"autotune recommendation: trial {recommended.number}" in note
             overview = browse(base, tmp_path, screenshot=tmp_path / f"dashboard-{name}.png")
             assert ("Pareto Front" in overview) == (name == "front")
+            # the loss-tolerance constraint as the dashboard reads it: trial 2, faster than the recommendation
+            # (on the unconstrained Pareto front too), is drawn infeasible and is no best trial; the best
+            # trials are Optuna's feasible ones, and the single-objective one is autotune's recommendation
+            faster = study.trials[2]
+            assert faster.user_attrs["feasible"] is False and faster.values[0] > recommended.values[0]
+            assert "Infeasible" in overview  # the timeline's legend: a state of its own
+            best = {t.number for t in study.best_trials}
+            assert recommended.number in best and faster.number not in best
+            for t in study.trials:
+                assert (f"Trial {t.number} Complete Best Trial" in trials_page) == (t.number in best), (t.number, best)
+            if name == "tiny":
+                assert f"Best Trial (number={recommended.number})" in overview
     finally:
         server.terminate()
         server.communicate(timeout=30)

@@ -54,7 +54,8 @@ def test_digits_search_resume_show_export_and_lightning_cli(tmp_path, cli):
             assert t.user_attrs["precision_ran"] == t.params["precision"]
             assert t.user_attrs["loss_source"] == "val_loss"
             assert t.user_attrs["ranks"][0]["first_batch_size"] == t.params["batch_size"]
-            assert (t.constraints["loss_tolerance"] <= 0) == t.user_attrs["feasible"]  # what TPE's constraint handling reads
+            # what TPE's constraint handling reads (one constraint), in the form optuna-dashboard reads too
+            assert (t.constraints["0"] <= 0) == t.user_attrs["feasible"] and t.system_attrs["constraints"] == [t.constraints["0"]]
             # the whole sample budget, in whole optimizer steps, even when accumulation spans an epoch end
             accum = t.params["accumulate_grad_batches"]
             assert t.user_attrs["batches"] == -(-2048 // (t.params["batch_size"] * accum)) * accum
@@ -342,6 +343,34 @@ def test_oom_frontier_skips_larger_batches_and_survives_a_resume(tmp_path, cli):
     assert "predicted OOM: trial 1 ran out of memory at per-device batch 256" in pruned[0].user_attrs["fail_reason"]
     assert "OOM frontier: 32-true, 1 device(s), auto: per-device batch <= " in r.stdout
     assert {t.params["batch_size"] for t in study.trials} == {16, 32, 128, 256, 512}  # 128 runs: only batches >= 256 are ruled out
+
+
+def test_a_batch_larger_than_an_iterable_epoch_is_removed_once_and_never_run_again(tmp_path, cli):
+    """14.7a: an IterableDataset of 50 samples (its length unknown at inspection) and batch sizes up to 128."""
+    db = tmp_path / "e.db"
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: {choices: [16, 32, 64, 128]}\n")
+    args = ["search", MODELS / "tiny.py", "--samples", 512, "--space", space, "--sampler", "grid", "--storage", f"sqlite:///{db}"]
+    first = tmp_path / "first.yaml"
+    first.write_text("data:\n  batch_size: 128\n")  # run 128 first: the data runs out after 50 samples
+    r = cli(*args, "--trials", 3, "--enqueue", first, env={"TINY_ITERABLE": "50"}, check_rc=0)
+    assert r.stdout.count("removed batch sizes [64, 128] from the space: trial 1's training data ran out after 50 samples") == 1
+    study = load(db, "tiny")
+    assert study.trials[1].user_attrs["fail_kind"] == "batch_size_not_applied"
+    assert "the training data ran out (an epoch has 50 samples per device)" in study.trials[1].user_attrs["fail_reason"]
+    assert study.user_attrs["epoch_samples"] == {"1": {"samples": 50, "trial": 1}}
+    r = cli(*args, "--trials", 3, env={"TINY_ITERABLE": "50"}, check_rc=0)  # resumed: the grid proposes the other points
+    assert "epoch: 50 samples per device with 1 or more device(s) (trial 1): larger batches are not run" in r.stdout
+    assert "removed batch sizes" not in r.stdout
+    study = load(db, "tiny")
+    ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
+    assert [t.number for t in ran if t.params["batch_size"] > 50] == [1]  # tried once, never again
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert pruned and {t.params["batch_size"] for t in pruned} <= {64, 128}
+    assert all(t.user_attrs["fail_kind"] == "batch_above_epoch" for t in pruned)
+    assert all(t.state.name == "COMPLETE" for t in ran if t.params["batch_size"] <= 50)
+    show = cli("show", "tiny", "--storage", f"sqlite:///{db}", check_rc=0)
+    assert "epoch: 50 samples per device" in show.stdout
 
 
 @pytest.mark.parametrize("devices", [1, 2])

@@ -206,3 +206,78 @@ def test_manual_optimization_drops_accumulation_with_a_note_even_from_an_explici
         resolved, notes = resolve_space(parse_space(data), baseline=baseline, hardware=CPU, applicable=ALL, explicit=False, model_info=info)
         assert resolved["accumulate_grad_batches"] == {"low": 1, "high": 8, "log": False}
         assert not any("accumulate" in n for n in notes)
+
+
+# --- item 14.7c: a precision this CPU does not run natively is removed like 16-mixed
+
+
+def test_cpu_bf16_is_native_only_with_bf16_instructions(tmp_path):
+    from autotune.hardware import cpu_bf16_native, cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert cpu_flags(str(info)) == {"fpu", "sse2", "avx2", "avx512f"}
+    assert not cpu_bf16_native(cpu_flags(str(info)))
+    assert cpu_bf16_native({"avx2", "avx512_bf16"}) and cpu_bf16_native({"amx_bf16"}) and cpu_bf16_native({"fp", "asimd", "bf16"})
+    assert cpu_flags(str(tmp_path / "missing")) is None  # not Linux: PyTorch's own test, else kept
+    assert cpu_bf16_native(None, torch_check=False) is False and cpu_bf16_native(None) is True
+
+
+def test_cpu_without_bf16_instructions_drops_bf16_with_a_note():
+    no_bf16 = Hardware("cpu", 0, "cpu", 2, False, 16.0)
+    resolved, notes = _resolve({"precision": {"choices": ["32-true", "16-mixed", "bf16-mixed", "bf16-true"]}}, hardware=no_bf16)
+    assert resolved["precision"]["choices"] == ["32-true"]
+    assert "removed precision '16-mixed': Lightning runs '16-mixed' as 'bf16-mixed' on CPU" in notes
+    assert any(n.startswith("removed precision 'bf16-mixed': this CPU has no bfloat16 instructions") for n in notes)
+    assert any(n.startswith("removed precision 'bf16-true': this CPU has no bfloat16 instructions") for n in notes)
+    # a CPU with them keeps bf16 (only 16-mixed goes: Lightning runs it as bf16-mixed)
+    resolved, _ = _resolve({"precision": {"choices": ["32-true", "16-mixed", "bf16-mixed"]}})
+    assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
+
+
+def test_a_bf16_baseline_on_a_cpu_without_bf16_stays_with_a_warning():
+    from autotune.study.settings import _baseline_config
+
+    class Notes:
+        def __init__(self):
+            self.lines = []
+
+        def warn(self, message):
+            self.lines.append(message)
+
+    no_bf16 = Hardware("cpu", 0, "cpu", 2, False, 16.0)
+    ui = Notes()
+    for given in ("bf16-mixed", "16-mixed"):
+        config = _baseline_config({"precision": given, "batch_size": 16, "accumulate_grad_batches": 1, "lr": 0.1}, no_bf16, 1, ui)
+        assert config.precision == "bf16-mixed"  # it runs (emulated): the baseline is the user's own config
+    assert any("keeps its precision 'bf16-mixed', though this CPU has no bfloat16 instructions" in line for line in ui.lines)
+    # the space keeps the baseline's precision as its one extra point
+    resolved, _ = _resolve({"precision": {"choices": ["32-true", "bf16-mixed"]}}, hardware=no_bf16,
+                           baseline=TrialConfig(batch_size=24, lr=1e-3, precision="bf16-mixed"))
+    assert resolved["precision"]["choices"] == ["32-true", "bf16-mixed"]
+
+
+# --- item 14.7b: the baseline's num_workers above the core cap is one extra point, not a wider range
+
+
+def test_baseline_num_workers_above_the_cap_is_one_extra_point():
+    baseline = TrialConfig(batch_size=24, lr=1e-3, num_workers=8)
+    resolved, notes = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=baseline)  # 2 cores
+    assert resolved["num_workers"] == {"choices": [0, 1, 2, 8]}  # not 0..8: 3..7 would oversubscribe the cores
+    assert "num_workers: the baseline's 8 is above 2, so it is one extra point of the space: [0, 1, 2, 8]" in notes
+    resolved, notes = _resolve({"num_workers": {"low": 0, "high": 16, "step": 2}}, baseline=baseline)
+    assert resolved["num_workers"] == {"choices": [0, 2, 8]} and any("capped at 2" in n for n in notes)
+    resolved, _ = _resolve({"num_workers": {"choices": [0, 1, 4]}}, baseline=baseline)
+    assert resolved["num_workers"] == {"choices": [0, 1, 8]}  # choices: 4 capped away, the baseline's 8 kept
+    # a baseline inside the cap keeps the range
+    resolved, _ = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=TrialConfig(batch_size=24, lr=1e-3, num_workers=1))
+    assert resolved["num_workers"] == {"low": 0, "high": 2, "log": False}
+    # the baseline is a point of the space the sampler accepts
+    import optuna
+
+    from autotune.space import baseline_params
+
+    resolved, _ = _resolve({"num_workers": {"low": 0, "high": "auto"}}, baseline=baseline)
+    study = optuna.create_study()
+    study.enqueue_trial(baseline_params(resolved, baseline))
+    assert suggest_config(study.ask(), resolved, baseline).num_workers == 8

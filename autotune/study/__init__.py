@@ -18,6 +18,7 @@ Modules, in the order a search uses them:
 - :mod:`~autotune.study.tell`: what a finished, duplicate, pruned or interrupted trial stores.
 - :mod:`~autotune.study.records`: read-only queries: baseline, duplicates, confirmation groups, the recommendation.
 - :mod:`~autotune.study.memory`: the OOM frontier over the study's trials.
+- :mod:`~autotune.study.bounds`: batch sizes larger than an epoch, learned from a trial and kept out.
 - :mod:`~autotune.study.publish`: the exported LightningCLI YAML and the dashboard note.
 
 Storage URLs and opening live in :mod:`autotune.storage`; result sentences in :mod:`autotune.summary`.

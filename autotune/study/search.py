@@ -24,6 +24,7 @@ from autotune.objective import directions
 from autotune.samplers import grid_size, make_sampler
 from autotune.space import params_of
 from autotune.storage import _sqlite_path, mask_url, open_storage
+from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
     _env_confirm,
@@ -67,7 +68,7 @@ class SearchResult:
 
 def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
     """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
-    each trial's loss constraint, ``Trial.set_constraint``)."""
+    each trial's loss constraint, :func:`autotune.optuna_compat.set_constraint`)."""
 
     # the grid's point numbering comes from its seed: every run of a study must use the same one
     offset = 0 if name == "grid" else seed_offset
@@ -110,6 +111,8 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         )
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     ui.search_started(settings, opts.trials)
+    for line in epoch_lines(study):  # a resumed study: batch sizes an earlier trial showed are larger than an epoch
+        ui.info(line)
     run_id = f"{os.getpid()}-{time.time():.0f}"
     ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui)
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()

@@ -338,7 +338,8 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, nu
     """The baseline (the model's own values) as a TrialConfig.
 
     A precision this machine does not run natively is replaced by what Lightning runs instead
-    ("16-mixed" on CPU runs as "bf16-mixed"), with a warning; one with no such replacement is an error.
+    ("16-mixed" on CPU runs as "bf16-mixed"), with a warning; bfloat16 on a CPU without bfloat16
+    instructions stays (it runs, emulated), with a warning; any other is an error.
 
     Raises:
         UsageError: A value of the model or its ``--config`` has the wrong type or range.
@@ -350,7 +351,9 @@ def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, nu
         if hardware.accelerator == "cpu" and precision == "16-mixed":
             ui.warn("the baseline's precision '16-mixed' runs as 'bf16-mixed' on CPU; the baseline uses 'bf16-mixed'")
             precision = "bf16-mixed"
-        else:
+        if hardware.accelerator == "cpu" and precision in removed:  # bf16 on a CPU without bf16 instructions
+            ui.warn(f"the baseline keeps its precision {precision!r}, though {removed[precision]}")
+        elif precision in removed:
             raise UsageError(
                 f"the baseline's precision {precision!r} cannot run here ({removed[precision]}); set trainer.precision in --config"
             )

@@ -31,7 +31,7 @@ from autotune.objective import (
     objective_values,
     time_to_target,
 )
-from autotune.optuna_compat import fixed_params, trial_of
+from autotune.optuna_compat import fixed_params, set_constraint, trial_of
 
 
 def _measure_attrs(outcome) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
     if constraint is not None:
-        trial.set_constraint("loss_tolerance", constraint if math.isfinite(constraint) else 1e300)
+        set_constraint(study, trial, constraint if math.isfinite(constraint) else 1e300)  # the loss tolerance
     try:
         if kind is not None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -258,9 +258,9 @@ def _tell_duplicate(study, trial, original, ui: UI, ctx: _RunContext):
     trial.set_user_attr("duplicate_of", original.number)
     constraint = original.user_attrs.get("constraint")
     if original.user_attrs.get("feasible") is not None:
-        trial.set_constraint("loss_tolerance", constraint if constraint is not None else 1e300)
+        set_constraint(study, trial, constraint if constraint is not None else 1e300)
     elif "trial_samples" in original.user_attrs:  # a short run: not judged
-        trial.set_constraint("loss_tolerance", SHORT_RUN_CONSTRAINT)
+        set_constraint(study, trial, SHORT_RUN_CONSTRAINT)
     study.tell(trial, list(original.values))
     _replace(study, trial, ctx)
     frozen = study.get_trials(deepcopy=False)[trial.number]

@@ -18,6 +18,7 @@ from autotune.optuna_compat import heartbeat_interval, record_heartbeat
 from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
+from autotune.study.bounds import above_epoch, learn_epoch, prune_above_epoch
 from autotune.study.memory import _predicted_oom
 from autotune.study.records import _budget, _measured_before
 from autotune.study.settings import StudySettings
@@ -68,11 +69,14 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial.
 
     A config a completed trial measured at the same budget is not trained again (a duplicate), and
-    one the OOM frontier rules out is pruned unrun; both are told at once.
+    one the OOM frontier rules out is pruned unrun; both are told at once. A config whose batch is
+    larger than an epoch (:mod:`autotune.study.bounds`) is pruned unrun without a line printed.
     """
     trial.set_user_attr("config", config.to_dict())
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
+    if not is_baseline and (reason := above_epoch(study, config)) is not None:
+        return prune_above_epoch(study, trial, reason, ctx)
     ui.trial_started(trial.number, config, is_baseline)
     if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings.samples)) < int(settings.samples):
         trial.set_user_attr("trial_samples", system_budget(config, int(settings.samples)))  # a short run
@@ -99,6 +103,7 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
             ctx.running.pop(trial.number, None)
             ctx.give_slot(slot)
         _finish(study, trial, outcome, settings, is_baseline, ui, ctx, slot)
+        learn_epoch(study, trial.number, outcome.ranks, config, settings, ui)
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen

@@ -2,11 +2,15 @@
 
 ``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
+``fast_infeasible`` makes a trial skip ``TINY_SAMPLE_SLEEP`` (faster than the others) and log a
+``val_loss`` 10 above its own (beyond any loss tolerance).
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
 ``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
 ``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
 ``TINY_MIB_PER_SAMPLE=M`` makes every step allocate and touch ``M`` MiB per sample (memory that grows
 with the batch, for the memory model on a CPU).
+``TINY_ITERABLE=N`` makes the training set an ``IterableDataset`` that yields only its first ``N``
+samples per epoch (its length is unknown at inspection: a batch above ``N`` is only learned from a trial).
 ``TINY_OOM_ABOVE=N`` raises CUDA's out-of-memory error for any batch larger than ``N`` samples (a
 memory limit, on a CPU).
 """
@@ -17,7 +21,17 @@ import time
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+
+class _FirstSamples(IterableDataset):
+    """The first ``n`` samples of a dataset, as an iterable dataset (no ``len``)."""
+
+    def __init__(self, dataset, n: int):
+        self.dataset, self.n = dataset, n
+
+    def __iter__(self):
+        return (self.dataset[i] for i in range(self.n))
 
 
 def _fault() -> str:
@@ -41,6 +55,8 @@ class TinyData(pl.LightningDataModule):
 
     def train_dataloader(self):
         size = 16 if os.environ.get("TINY_IGNORE_BATCH") else self.batch_size
+        if os.environ.get("TINY_ITERABLE"):
+            return DataLoader(_FirstSamples(self.train_set, int(os.environ["TINY_ITERABLE"])), batch_size=size, num_workers=self.num_workers)
         return DataLoader(self.train_set, batch_size=size, shuffle=self.shuffle, num_workers=self.num_workers)
 
     def val_dataloader(self):
@@ -58,7 +74,7 @@ class TinyModel(pl.LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         FAULT = _fault()
-        if os.environ.get("TINY_SAMPLE_SLEEP"):
+        if os.environ.get("TINY_SAMPLE_SLEEP") and FAULT != "fast_infeasible":
             time.sleep(float(os.environ["TINY_SAMPLE_SLEEP"]) * len(x))
         if FAULT == "raise" and batch_idx == 2:
             raise ValueError("boom from the user's training_step")
@@ -83,7 +99,8 @@ class TinyModel(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
+        worse = 10.0 if _fault() == "fast_infeasible" else 0.0
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y) + worse, sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
