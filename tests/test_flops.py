@@ -26,11 +26,22 @@ def test_precision_dtype_rejects_unknown():
 
 
 def test_cpu_peak_is_measured_once_then_cached(tmp_path, monkeypatch):
+    from autotune import flops
+
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    # matmul speeds fixed, so that this machine's load cannot decide the test: the full measurement
+    # 5e10 FLOP/s, the small check at each later use 4e10 (not clearly faster: the cache stands)
+    calls = []
+
+    def fake(device, dtype, size=None, repeats=None):
+        calls.append(size)
+        return 4e10 if size == flops.CHECK_SIZE else 5e10
+
+    monkeypatch.setattr(flops, "measure_matmul_flops", fake)
     first, source = peak_flops(torch.device("cpu"), "32-true")
-    assert source == "measured" and first > 1e8  # any CPU of this decade does > 0.1 GFLOP/s in a matmul
+    assert (first, source) == (5e10, "measured")
     again, source = peak_flops(torch.device("cpu"), "32-true")
-    assert (again, source) == (first, "cached")
+    assert (again, source) == (first, "cached") and calls == [None, flops.CHECK_SIZE]
     assert (tmp_path / "peak_flops.json").is_file()
 
 
