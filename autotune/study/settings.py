@@ -77,7 +77,7 @@ class StudySettings:
             and the export use these, not the file).
         space_file, space_explicit: The search space YAML, and whether the user chose it.
         space: The resolved space (knob name to ``{"choices": [...]}`` or ``{"low", "high", "log"}``).
-        targets: Where each knob is set in the user's code (:class:`autotune.target.KnobTarget` fields).
+        targets: Where each knob is set in the user's code (:class:`autotune.knob_targets.KnobTarget` fields).
         model_info: What inspection found for the extended space and constructor arguments.
         baseline_config: The baseline :class:`~autotune.config.TrialConfig` as a dict.
         hardware: The :class:`~autotune.hardware.Hardware` the study runs on, as a dict.
