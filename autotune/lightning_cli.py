@@ -7,7 +7,7 @@ settings. So every trial parses the user's config with LightningCLI's own parser
 with the trial's knobs as overrides at their dotted paths (``--data.batch_size=64``,
 ``--optimizer.init_args.lr=0.01``), as a user would type them. The Trainer is not built by the
 CLI: :func:`build` returns the user's trainer settings and callbacks, and the trial process builds
-its own Trainer from them (see :func:`autotune.target.trainer_kwargs`).
+its own Trainer from them (see :func:`autotune.trial_trainer.trainer_kwargs`).
 
 The CLI class is the user's own ``LightningCLI`` subclass when there is one (:func:`find_cli_class`):
 defined in the model file, or in a training script beside it that imports the model file.
@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["Built", "CliClass", "build", "cli_overrides", "find_cli_class", "load_cli_class", "set_dotted"]
+__all__ = ["Built", "CliClass", "build", "build_spec", "cli_overrides", "find_cli_class", "load_cli_class", "load_spec", "set_dotted"]
 
 #: Names the user's code may import LightningCLI under.
 _CLI_BASES = {"LightningCLI"}
@@ -257,3 +257,35 @@ def build(
         callbacks += extra if isinstance(extra, list) else [extra] if extra is not None else []
     dumped = cli.parser.dump(cli.config, skip_none=False, format="json")
     return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped))
+
+
+def load_spec(spec: Mapping[str, Any]):
+    """The user's classes, config and LightningCLI class: the study's snapshot of ``--config`` and
+    the CLI class it found when the spec has them (a trial), else found now (an inspection)."""
+    from autotune.loader import find_classes, load_user_module, read_user_config
+
+    module = load_user_module(spec["model_file"])
+    model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
+    if "cli" in spec:
+        cli = spec["cli"]
+    else:
+        found = find_cli_class(spec["model_file"])
+        cli = found.to_dict() if found else None
+    user_config = spec.get("user_config") or read_user_config(spec.get("config_file"), strict=cli is None)
+    return model_cls, data_cls, user_config, cli
+
+
+def build_spec(
+    spec: Mapping[str, Any],
+    model_cls: Any,
+    data_cls: Any,
+    user_config: Mapping[str, Any],
+    cli: Any,
+    overrides: Mapping[str, Any],
+    work_dir: str,
+) -> Built:
+    """:func:`build` with the user's (or Lightning's) CLI class, in the package the model uses."""
+    from autotune.loader import lightning_package
+
+    cli_class = load_cli_class(cli, lightning_package(model_cls))
+    return build(cli_class, model_cls, data_cls, user_config.get("document"), overrides, int(spec.get("seed", 0)), work_dir)

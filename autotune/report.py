@@ -19,8 +19,6 @@ from autotune.summary import (
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
-from autotune.progress import read_progress
-
 
 def _escape(text: str) -> str:
     """``text`` with rich's markup escaped (a reason may quote brackets, as gloo's ``[file.cc:553]``)."""
@@ -29,7 +27,7 @@ def _escape(text: str) -> str:
     return rich_escape(text)
 
 
-__all__ = ["ConsoleUI", "LiveUI", "make_ui", "render_rows", "trial_rows"]
+__all__ = ["ConsoleUI", "make_ui", "render_rows", "trial_rows"]
 
 _COLUMNS = (
     ("number", "#"),
@@ -345,175 +343,12 @@ class ConsoleUI:
 
 
 def make_ui(quiet: bool = False) -> ConsoleUI:
-    """:class:`LiveUI` on a terminal, else (pipes, CI logs, ``--quiet``) the line-by-line :class:`ConsoleUI`."""
+    """:class:`autotune.live.LiveUI` on a terminal, else (pipes, CI logs, ``--quiet``) the line-by-line :class:`ConsoleUI`."""
     console = _console()
     if console.is_terminal and not quiet:
+        from autotune.live import LiveUI
+
         return LiveUI(console)
     ui = ConsoleUI(quiet=quiet)
     ui.console = console
     return ui
-
-
-class LiveUI(ConsoleUI):
-    """A live view of a running search (rich): a progress bar over the run's trials with elapsed time
-    and ETA, each running trial's config with its samples/s so far (read from the trial's progress
-    preview, after its warm-up), and a table of finished trials with the fastest feasible one in bold
-    green. Messages print above it; :meth:`stop` leaves the final frame on screen.
-    """
-
-    #: Finished trials shown in the table (the most recent ones).
-    ROWS = 15
-
-    def __init__(self, console=None):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        super().__init__(quiet=False)
-        if console is not None:
-            self.console = console
-        self.progress = Progress(
-            TextColumn("trials"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("elapsed"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            auto_refresh=False,
-        )
-        self.task = None
-        self.running: dict[int, dict[str, Any]] = {}
-        self.finished: list[dict[str, Any]] = []
-        self.live = None
-        self.objective = "throughput"
-
-    def search_started(self, settings, trials: int) -> None:
-        from rich.live import Live
-
-        super().search_started(settings, trials)
-        self.objective = settings.objective
-        self.task = self.progress.add_task("trials", total=trials)
-        self.live = Live(self, console=self.console, refresh_per_second=4, transient=False)
-        self.live.start()
-
-    def trial_started(self, number: int, config, is_baseline: bool) -> None:
-        self.running[number] = {"config": config, "baseline": is_baseline, "path": None}
-        if self.live is None:  # no live view (autotune worker): lines
-            super().trial_started(number, config, is_baseline)
-
-    def trial_progress(self, number: int, path: str) -> None:
-        self.running.setdefault(number, {"config": None, "baseline": False})["path"] = path
-
-    def stage(self, message: str, trials: int) -> None:
-        self.info(message)
-        if self.task is not None:
-            task = self.progress.tasks[0]
-            self.progress.update(self.task, total=(task.total or 0) + trials)
-
-    def trial_finished(self, trial) -> None:
-        self.running.pop(trial.number, None)
-        row = {**trial_rows(None, trials=[trial])[0], "baseline": bool(trial.user_attrs.get("baseline"))}
-        self.finished.append(row)
-        if self.task is not None:
-            self.progress.advance(self.task)
-        if self.live is None:
-            super().trial_finished(trial)
-
-    def stop(self) -> None:
-        if self.live is not None:
-            self.live.refresh()
-            self.live.stop()
-            self.live = None
-
-    def summary(self, study, settings, recommended, baseline, export_path) -> None:
-        self.stop()
-        super().summary(study, settings, recommended, baseline, export_path)
-
-    def _running_lines(self):
-        from rich.text import Text
-
-        lines = []
-        for number, info in sorted(self.running.items()):
-            config = info.get("config")
-            label = f"trial {number}{' (baseline)' if info.get('baseline') else ''}: "
-            if config is not None:
-                lr = f"{config.lr:.3g}" if config.lr is not None else "-"
-                label += (
-                    f"batch_size={config.batch_size} precision={config.precision} "
-                    f"accumulate_grad_batches={config.accumulate_grad_batches} num_workers={config.num_workers} lr={lr}"
-                )
-            preview = read_progress(info.get("path"))
-            if preview is None:
-                status = "starting"
-            elif preview.get("samples_per_sec"):
-                status = f"{preview['samples_per_sec']:,.0f} samples/s so far, batch {preview['batches']}/{preview['planned']}"
-            else:
-                status = f"warming up, batch {preview['batches']}/{preview['planned']}"
-            lines.append(Text.assemble(("running ", "cyan"), label, " | ", (status, "bold")))
-        return lines
-
-    def _table(self):
-        from rich.table import Table
-
-        table = Table(title="finished trials", title_justify="left", expand=False)
-        for key, label in (
-            ("number", "#"),
-            ("batch_size", "batch"),
-            ("precision", "precision"),
-            ("accumulate_grad_batches", "accum"),
-            ("num_workers", "workers"),
-            ("lr", "lr"),
-            ("samples_per_sec", "samples/s"),
-            ("loss", "loss"),
-            ("status", "status"),
-        ):
-            table.add_column(label, justify="left" if key in ("precision", "status") else "right", overflow="fold")
-        feasible = [r for r in self.finished if r["state"] == "COMPLETE" and r.get("feasible")]
-        best = min(feasible, key=sort_key(self.objective))["number"] if feasible else None
-        for row in self.finished[-self.ROWS :]:
-            if row["state"] == "COMPLETE":
-                status = (
-                    ("best so far" if row["number"] == best else "ok")
-                    if row.get("feasible")
-                    else (
-                        "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance"
-                    )
-                )
-                if row.get("baseline"):
-                    status += " (baseline)"
-            else:
-                status = _escape(f"{row['state']}: {row.get('fail_reason') or ''}")
-            style = "bold green" if row["number"] == best else ("red" if row["state"] != "COMPLETE" else None)
-            table.add_row(
-                *(
-                    _fmt(k, row.get(k))
-                    for k in (
-                        "number",
-                        "batch_size",
-                        "precision",
-                        "accumulate_grad_batches",
-                        "num_workers",
-                        "lr",
-                        "samples_per_sec",
-                        "loss",
-                    )
-                ),
-                status,
-                style=style,
-            )
-        return table
-
-    def __rich__(self):
-        from rich.console import Group
-
-        parts = [self.progress.make_tasks_table(self.progress.tasks), *self._running_lines()]
-        if self.finished:
-            parts.append(self._table())
-        return Group(*parts)

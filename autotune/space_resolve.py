@@ -44,7 +44,7 @@ def resolve_space(
         space: Output of :func:`autotune.space.parse_space`.
         baseline: The model's own config (trial 0); its values are added to every knob's range.
         hardware: The machine the trials run on.
-        applicable: Knob name to whether the model exposes it (see ``autotune.target``).
+        applicable: Knob name to whether the model exposes it (see :mod:`autotune.inspection`).
         explicit: The user chose this space (``--space``): an inapplicable knob is then an error,
             otherwise it is dropped with a note.
         source: The space file, for messages.
@@ -78,43 +78,67 @@ def resolve_space(
     if lr_scaling != "none" and (not applicable.get("lr", False) or baseline.lr is None):
         raise SpaceError(f"{source}: lr_scaling: {lr_scaling} needs a model with an lr (or learning_rate) argument; remove lr_scaling")
     for name, spec in space.items():
-        entry: dict[str, Any] | None
-        if name == "lr" and lr_scaling != "none":
-            entry = _scaled_lr_entry(spec, lr_scaling)
-        elif user_arg(name) is not None:
-            entry = _resolve_user_arg(name, spec, baseline, info, source)
-        elif name == "accumulate_grad_batches" and info.get("automatic_optimization") is False:
-            # Lightning raises "Automatic gradient accumulation is not supported for manual optimization";
-            # a property of the model, not a mistake in the space, so dropped even from the user's own space
-            notes.append(
-                "dropped 'accumulate_grad_batches': the module uses manual optimization (automatic_optimization = False), "
-                "and Lightning accumulates gradients only under automatic optimization"
-            )
-            entry = None
-        elif name in EXTENDED_KNOBS:
-            entry, note = _resolve_extended(name, spec, baseline, hardware, info, explicit, source)
-            if note:
-                notes.append(note)
-        elif not applicable.get(name, False) and (info.get("unreachable") or {}).get(name):
-            # batch_size/num_workers that not even a rebuilt training DataLoader takes (its own batch
-            # sampler, ...): a property of the model, so dropped even from the user's own space
-            notes.append(f"dropped {name!r}: the model exposes no {name} argument or attribute, and {info['unreachable'][name]}")
-            entry = None
-        elif not applicable.get(name, False):
-            message = f"{source}: knob {name!r} cannot be applied to this model (see the README: where autotune looks for {name})"
-            if explicit:
-                raise SpaceError(message + "; remove it from the space or expose it as a constructor argument")
-            notes.append(f"dropped {name!r}: the model exposes no {name} argument or attribute")
-            entry = None
-        elif spec.choices is not None:
-            entry = _resolve_choices(name, spec, baseline, limits, notes)
-        else:
-            entry = _resolve_range(name, spec, baseline, limits, notes)
+        entry = _resolve_knob(name, spec, baseline, hardware, applicable, explicit, source, info, limits, lr_scaling, notes)
         if entry is not None:
             resolved[name] = entry
     if lr_scaling != "none" and "lr" not in space:  # the scaling rule alone: multiplier 1
         resolved["lr"] = _scaled_lr_entry(None, lr_scaling)
     return resolved, notes
+
+
+def _resolve_knob(
+    name: str,
+    spec: KnobSpec,
+    baseline: TrialConfig,
+    hardware: Hardware,
+    applicable: Mapping[str, bool],
+    explicit: bool,
+    source: str,
+    info: Mapping[str, Any],
+    limits: _Limits,
+    lr_scaling: str,
+    notes: list[str],
+) -> dict[str, Any] | None:
+    """One knob of :func:`resolve_space` made concrete, or ``None`` when it is dropped (a line
+    appended to ``notes`` says why).
+
+    Raises:
+        SpaceError: ``explicit`` and the knob cannot be applied to this model, or a constructor
+            argument does not fit its signature.
+    """
+    entry: dict[str, Any] | None
+    if name == "lr" and lr_scaling != "none":
+        entry = _scaled_lr_entry(spec, lr_scaling)
+    elif user_arg(name) is not None:
+        entry = _resolve_user_arg(name, spec, baseline, info, source)
+    elif name == "accumulate_grad_batches" and info.get("automatic_optimization") is False:
+        # Lightning raises "Automatic gradient accumulation is not supported for manual optimization";
+        # a property of the model, not a mistake in the space, so dropped even from the user's own space
+        notes.append(
+            "dropped 'accumulate_grad_batches': the module uses manual optimization (automatic_optimization = False), "
+            "and Lightning accumulates gradients only under automatic optimization"
+        )
+        entry = None
+    elif name in EXTENDED_KNOBS:
+        entry, note = _resolve_extended(name, spec, baseline, hardware, info, explicit, source)
+        if note:
+            notes.append(note)
+    elif not applicable.get(name, False) and (info.get("unreachable") or {}).get(name):
+        # batch_size/num_workers that not even a rebuilt training DataLoader takes (its own batch
+        # sampler, ...): a property of the model, so dropped even from the user's own space
+        notes.append(f"dropped {name!r}: the model exposes no {name} argument or attribute, and {info['unreachable'][name]}")
+        entry = None
+    elif not applicable.get(name, False):
+        message = f"{source}: knob {name!r} cannot be applied to this model (see the README: where autotune looks for {name})"
+        if explicit:
+            raise SpaceError(message + "; remove it from the space or expose it as a constructor argument")
+        notes.append(f"dropped {name!r}: the model exposes no {name} argument or attribute")
+        entry = None
+    elif spec.choices is not None:
+        entry = _resolve_choices(name, spec, baseline, limits, notes)
+    else:
+        entry = _resolve_range(name, spec, baseline, limits, notes)
+    return entry
 
 
 @dataclass(frozen=True)

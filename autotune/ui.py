@@ -1,7 +1,7 @@
 """What a search tells its user while it runs: the :class:`UI` protocol.
 
 The study code (:mod:`autotune.study`) calls these methods and never prints; :mod:`autotune.report`
-implements them for a terminal (:class:`autotune.report.LiveUI`, a rich live view) and for pipes and
+implements them for a terminal (:class:`autotune.live.LiveUI`, a rich live view) and for pipes and
 logs (:class:`autotune.report.ConsoleUI`, one line per event). A test or an embedding program can
 pass any object with these methods.
 """

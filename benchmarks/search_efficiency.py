@@ -287,10 +287,10 @@ TUNER_CHILD = r"""
 import json, sys, time
 import lightning as L
 from lightning.pytorch.tuner import Tuner
-from autotune.target import _load
+from autotune.lightning_cli import load_spec
 spec = json.loads(sys.argv[1])
 L.seed_everything(spec["seed"], verbose=False)
-model_cls, data_cls, _ = _load(spec)
+model_cls, data_cls, _ = load_spec(spec)
 model, data = model_cls(), data_cls()
 start = time.monotonic()
 trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=False, enable_checkpointing=False,

@@ -32,7 +32,7 @@ def test_trainer_args_are_the_trainer_keywords_the_config_sets():
 
 def test_trainer_args_feed_the_trial_trainer_and_the_export():
     from autotune.export import lightning_cli_config
-    from autotune.target import trainer_kwargs
+    from autotune.trial_trainer import trainer_kwargs
 
     c = TrialConfig(batch_size=16, precision="16-mixed", accumulate_grad_batches=2, accelerator="gpu", devices=4, strategy="ddp", num_nodes=2)
     kwargs = trainer_kwargs(c, samples=1024, user_trainer={"precision": "64-true", "gradient_clip_val": 1.0}, root_dir="/tmp/x")

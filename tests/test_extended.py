@@ -9,6 +9,7 @@ from conftest import MODELS
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from autotune.config import TrialConfig
+from autotune.dataloaders import with_loader_options
 from autotune.errors import SpaceError, UsageError
 from autotune.export import config_from_lightning_cli, lightning_cli_config, render_yaml
 from autotune.hardware import Hardware
@@ -20,7 +21,6 @@ from autotune.space import (
     resolve_space,
     suggest_config,
 )
-from autotune.target import with_loader_options
 
 CPU = Hardware("cpu", 0, "cpu", 2, True, 16.0)
 GPU = Hardware("gpu", 4, "NVIDIA H100", 32, True, 80.0)
@@ -182,7 +182,7 @@ def test_extended_knobs_and_constructor_arguments_reach_every_rank(tmp_path, cli
 
 def test_channels_last_converts_the_module_and_its_4d_inputs():
     from autotune.callback import applied_knobs
-    from autotune.target import _apply_channels_last
+    from autotune.trial_trainer import apply_channels_last
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -192,7 +192,7 @@ def test_channels_last_converts_the_module_and_its_4d_inputs():
         def on_after_batch_transfer(self, batch, dataloader_idx):
             return batch
 
-    net = _apply_channels_last(Net())
+    net = apply_channels_last(Net())
     x, y = net.on_after_batch_transfer((torch.randn(2, 3, 5, 5), torch.ones(2)), 0)
     assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() and y.dim() == 1
     assert applied_knobs(None, net)["channels_last"] and not applied_knobs(None, Net())["channels_last"]

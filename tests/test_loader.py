@@ -2,20 +2,10 @@ import pytest
 from conftest import EXAMPLES, MODELS
 
 from autotune.config import TrialConfig
+from autotune.dataloaders import dataloader_batch_size, dataloader_reach, loader_targets, rebuild_dataloader
 from autotune.errors import ModelFileError, UsageError
-from autotune.loader import (
-    KnobTarget,
-    build_objects,
-    check_model_file,
-    dataloader_batch_size,
-    dataloader_reach,
-    find_classes,
-    load_user_module,
-    loader_targets,
-    locate_knobs,
-    read_user_config,
-    rebuild_dataloader,
-)
+from autotune.knob_targets import KnobTarget, build_objects, locate_knobs
+from autotune.loader import check_model_file, find_classes, load_user_module, read_user_config
 
 
 def test_check_model_file_errors(tmp_path):
@@ -168,8 +158,8 @@ def test_the_wrapped_hook_rebuilds_only_the_training_loader():
     import torch
     from torch.utils.data import DataLoader
 
+    from autotune.dataloaders import apply_loader_options
     from autotune.measure import TrialFault
-    from autotune.target import _apply_loader_options
 
     class HardCoded(pl.LightningDataModule):  # the batch size written into the hooks
         def train_dataloader(self):
@@ -179,7 +169,7 @@ def test_the_wrapped_hook_rebuilds_only_the_training_loader():
             return DataLoader(_pairs(), batch_size=4)
 
     data = HardCoded()
-    _apply_loader_options(data, TrialConfig(batch_size=8, num_workers=1), {"batch_size": 8, "num_workers": 1})
+    apply_loader_options(data, TrialConfig(batch_size=8, num_workers=1), {"batch_size": 8, "num_workers": 1})
     train = data.train_dataloader()
     assert (train.batch_size, train.num_workers, train.drop_last, len(train)) == (8, 1, True, 5)
     assert data.val_dataloader().batch_size == 4 and data.val_dataloader().num_workers == 0
@@ -191,7 +181,7 @@ def test_the_wrapped_hook_rebuilds_only_the_training_loader():
             return DataLoader(_pairs(), batch_sampler=SequenceSampler(_pairs(), batch_size=10))
 
     module = OwnSampler()
-    _apply_loader_options(module, TrialConfig(batch_size=8), {"batch_size": 8})
+    apply_loader_options(module, TrialConfig(batch_size=8), {"batch_size": 8})
     with pytest.raises(TrialFault, match=r"batch_size not applied: autotune could not set batch_size=8: .* own batch_sampler") as e:
         module.train_dataloader()
     assert e.value.kind == "batch_size_not_applied"
@@ -239,7 +229,7 @@ _SAMPLED = (
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
 def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_path):
-    from autotune.target import inspect_model
+    from autotune.inspection import inspect_model
 
     (tmp_path / "self_batching.py").write_text(_SELF_BATCHING)
     report = inspect_model({"model_file": str(tmp_path / "self_batching.py")})

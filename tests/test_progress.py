@@ -9,7 +9,8 @@ from rich.console import Console
 from study.helpers import make_settings  # tests/study/helpers.py
 
 from autotune.config import TrialConfig
-from autotune.report import ConsoleUI, LiveUI, make_ui
+from autotune.live import LiveUI
+from autotune.report import ConsoleUI, make_ui
 
 SETTINGS = make_settings(space={"batch_size": {"choices": [16, 32]}, "lr": {"low": 0.01, "high": 0.1, "log": True}})
 

@@ -19,6 +19,7 @@ from autotune.runner import inspect_process
 from autotune.space import (
     EXTENDED_KNOBS,
     KNOB_TYPES,
+    Space,
     baseline_for_space,
     find_space,
     load_space,
@@ -77,7 +78,7 @@ class StudySettings:
             and the export use these, not the file).
         space_file, space_explicit: The search space YAML, and whether the user chose it.
         space: The resolved space (knob name to ``{"choices": [...]}`` or ``{"low", "high", "log"}``).
-        targets: Where each knob is set in the user's code (:class:`autotune.target.KnobTarget` fields).
+        targets: Where each knob is set in the user's code (:class:`autotune.knob_targets.KnobTarget` fields).
         model_info: What inspection found for the extended space and constructor arguments.
         baseline_config: The baseline :class:`~autotune.config.TrialConfig` as a dict.
         hardware: The :class:`~autotune.hardware.Hardware` the study runs on, as a dict.
@@ -262,42 +263,11 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
     hardware = Hardware.from_dict(report["hardware"])
-    devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
-    if devices < 1:
-        raise UsageError(f"--devices must be >= 1, got {devices}")
-    if hardware.accelerator == "gpu" and devices > hardware.device_count:
-        raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
-    if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
-        ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
+    devices = _trial_devices(opts, hardware, ui)
     num_nodes = opts.num_nodes or 1
     baseline = _baseline_config(report["baseline"], hardware, devices, ui, num_nodes)
 
-    applicable = {
-        name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES
-    }
-    model_info = dict(report.get("model_info") or {})
-    # constructor arguments autotune sets itself through its own knobs (batch_size, lr, ...)
-    model_info["knob_args"] = {
-        section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
-        for section in ("model", "data")
-    }
-    if "strategy" in space and "devices" not in space and devices * num_nodes == 1:
-        ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
-        space = type(space)({k: v for k, v in space.items() if k != "strategy"})
-        space.lr_scaling = getattr(load_space(space_path), "lr_scaling", "none")
-    resolved, notes = resolve_space(
-        space,
-        baseline=baseline,
-        hardware=hardware,
-        applicable=applicable,
-        explicit=opts.space_file is not None,
-        source=str(space_path),
-        train_samples=report.get("train_samples"),
-        model_info=model_info,
-    )
-    baseline = baseline_for_space(baseline, resolved, model_info)
-    for note in notes:
-        ui.warn(note)
+    resolved, baseline, model_info = _resolve_for_model(space, space_path, opts, report, hardware, baseline, devices * num_nodes, ui)
     limit = opts.memory_limit if opts.memory_limit is not None else (hardware.device_memory_gib if hardware.accelerator == "gpu" else None)
     memory_model = None
     if limit and "batch_size" not in resolved:  # the memory model caps batch sizes: none to cap
@@ -332,6 +302,75 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
         value = getattr(opts, key)
         settings[key] = default if value is None else value
     return StudySettings(**settings)
+
+
+def _trial_devices(opts: SearchOptions, hardware: Hardware, ui: UI) -> int:
+    """Devices per node of every trial: ``--devices``, else every GPU (one device on a CPU machine).
+
+    Raises:
+        UsageError: Fewer than one device, or more GPUs than this machine has.
+    """
+    devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
+    if devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {devices}")
+    if hardware.accelerator == "gpu" and devices > hardware.device_count:
+        raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
+    if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
+        ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
+    return devices
+
+
+def _resolve_for_model(
+    space: Space,
+    space_path: Path,
+    opts: SearchOptions,
+    report: Mapping[str, Any],
+    hardware: Hardware,
+    baseline: TrialConfig,
+    world_size: int,
+    ui: UI,
+) -> tuple[dict[str, dict[str, Any]], TrialConfig, dict[str, Any]]:
+    """The space resolved for the inspected model on this machine (:func:`resolve_space`), its notes
+    shown as warnings.
+
+    Args:
+        world_size: Devices of a trial over all its nodes (``strategy`` is dropped at 1 unless
+            ``devices`` is searched).
+
+    Returns:
+        ``(resolved, baseline, model_info)``: the resolved space, the baseline with the values of
+        the knobs the space adds, and the inspection's ``model_info`` with ``knob_args``.
+
+    Raises:
+        SpaceError: See :func:`resolve_space`.
+    """
+    applicable = {
+        name: name in report["targets"] or name in ("precision", "accumulate_grad_batches", *EXTENDED_KNOBS) for name in KNOB_TYPES
+    }
+    model_info = dict(report.get("model_info") or {})
+    # constructor arguments autotune sets itself through its own knobs (batch_size, lr, ...)
+    model_info["knob_args"] = {
+        section: {t["name"]: knob for knob, t in report["targets"].items() if t["owner"] == section and t["how"] == "init"}
+        for section in ("model", "data")
+    }
+    if "strategy" in space and "devices" not in space and world_size == 1:
+        ui.warn("dropped 'strategy': every trial runs on one device (search devices too, or give --devices N)")
+        space = type(space)({k: v for k, v in space.items() if k != "strategy"})
+        space.lr_scaling = getattr(load_space(space_path), "lr_scaling", "none")
+    resolved, notes = resolve_space(
+        space,
+        baseline=baseline,
+        hardware=hardware,
+        applicable=applicable,
+        explicit=opts.space_file is not None,
+        source=str(space_path),
+        train_samples=report.get("train_samples"),
+        model_info=model_info,
+    )
+    baseline = baseline_for_space(baseline, resolved, model_info)
+    for note in notes:
+        ui.warn(note)
+    return resolved, baseline, model_info
 
 
 def _baseline_config(base: Mapping[str, Any], hardware, devices: int, ui: UI, num_nodes: int = 1) -> TrialConfig:

@@ -1,0 +1,168 @@
+"""The Trainer of a trial: its keyword arguments (the user's settings, then the trial's), its step
+budget, its DDP strategy and the user's callbacks it keeps; and the model in channels-last memory format.
+
+Used by the trial process (:func:`autotune.target.run_trial`); torch and Lightning are imported lazily.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.config import TrialConfig
+
+__all__ = ["apply_channels_last", "ddp_strategy", "max_steps", "total_batches", "trainer_kwargs", "user_callbacks"]
+
+#: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are replaced
+#: (docs/model.md lists them). ``callbacks``, ``strategy`` options and ``max_epochs`` are the user's.
+_OWNED_TRAINER_KEYS = {
+    "accelerator",
+    "devices",
+    "strategy",
+    "num_nodes",
+    "precision",
+    "accumulate_grad_batches",
+    "max_steps",
+    "min_steps",
+    "min_epochs",
+    "max_time",
+    "limit_train_batches",
+    "limit_val_batches",
+    "num_sanity_val_steps",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "logger",
+    "enable_checkpointing",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "default_root_dir",
+    "fast_dev_run",
+    "profiler",
+    "plugins",
+}
+
+
+def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
+    """Optimizer steps and training batches per device that cover a budget of ``samples``.
+
+    Partial batches at epoch ends make the samples actually seen slightly fewer; the measurement
+    counts the real ones.
+
+    Args:
+        config: The trial's config.
+        samples: Training samples to process in total, over all devices (>= 1).
+
+    Returns:
+        ``(max_steps, batches)``: ``max_steps = ceil(samples / effective_batch_size)`` optimizer
+        steps, each of ``accumulate_grad_batches`` batches per device.
+    """
+    steps = max(1, math.ceil(samples / config.effective_batch_size))
+    return steps, steps * config.accumulate_grad_batches
+
+
+def max_steps(config: TrialConfig, samples: int, train_samples: int | None) -> int:
+    """``max_steps`` of a trial: its optimizer steps, plus one per epoch end the budget crosses when
+    batches are accumulated (Lightning steps at an epoch's end inside an accumulation window), so
+    training never stops before the budget's batches. Without the training set's size, one step per
+    batch (an upper bound).
+
+    Args:
+        config: The trial's config.
+        samples: Training samples of the trial (>= 1).
+        train_samples: Size of the training set (samples per epoch, all devices), or ``None``.
+    """
+    steps, batches = total_batches(config, samples)
+    if config.accumulate_grad_batches == 1:
+        return steps
+    if not train_samples:
+        return batches
+    per_epoch = max(1, train_samples // (config.batch_size * config.world_size))  # batches per device (floor: more epoch ends)
+    return steps + math.ceil(batches / per_epoch) + 1
+
+
+def trainer_kwargs(
+    config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str, train_samples: int | None = None
+) -> dict[str, Any]:
+    """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's.
+
+    The user's settings are kept (gradient clipping, ``max_epochs``, precision plugins' options,
+    ...) except the keys autotune owns (:data:`_OWNED_TRAINER_KEYS`). ``max_steps`` is the budget's
+    optimizer steps, so ``trainer.estimated_stepping_batches`` is what a scheduler such as OneCycleLR
+    expects; the measurement callback stops training after the planned batches. Validation runs at
+    every epoch's end (an epoch shorter than the budget: an epoch-end ReduceLROnPlateau finds its
+    metric) and once more when the budget ends (``Trainer.should_stop``).
+
+    Args:
+        config: The trial's config.
+        samples: Training samples of the trial (>= 1).
+        user_trainer: The user's trainer settings (``trainer:`` of ``--config``; callbacks apart).
+        root_dir: The trial's folder (``default_root_dir``).
+        train_samples: Size of the training set, for :func:`max_steps`.
+    """
+    kwargs = {k: v for k, v in user_trainer.items() if k not in _OWNED_TRAINER_KEYS and k != "callbacks"}
+    kwargs.update(config.trainer_args())
+    if config.strategy == "ddp" and _is_ddp(user_trainer.get("strategy")):
+        kwargs["strategy"] = user_trainer["strategy"]  # the user's DDP options (find_unused_parameters, ...)
+    kwargs.update(
+        max_steps=max_steps(config, samples, train_samples),
+        max_epochs=user_trainer.get("max_epochs") or -1,
+        val_check_interval=None,
+        check_val_every_n_epoch=1,
+        limit_val_batches=user_trainer.get("limit_val_batches", 1.0),
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root_dir,
+    )
+    return kwargs
+
+
+def _is_ddp(strategy: Any) -> bool:
+    """Whether a user's ``strategy`` is a flavour of DDP (a registry name such as
+    ``ddp_find_unused_parameters_true``, or a ``DDPStrategy`` object)."""
+    if isinstance(strategy, str):
+        return strategy.startswith("ddp")
+    return type(strategy).__name__ == "DDPStrategy"
+
+
+def ddp_strategy(pl: Any, strategy: Any, start_method: str) -> Any:
+    """A ``DDPStrategy`` with ``start_method`` (warm trials fork their ranks) and the options of the
+    user's DDP ``strategy`` (a registry name or a ``DDPStrategy``), e.g. ``find_unused_parameters``."""
+    options: dict[str, Any] = {}
+    if isinstance(strategy, str) and strategy in pl.strategies.StrategyRegistry:
+        options = dict(pl.strategies.StrategyRegistry[strategy].get("init_params") or {})
+    elif type(strategy).__name__ == "DDPStrategy":
+        options = dict(getattr(strategy, "_ddp_kwargs", {}) or {})
+    options.pop("start_method", None)
+    return pl.strategies.DDPStrategy(start_method=start_method, **options)
+
+
+#: Callbacks that need what a trial turns off (checkpoints, a logger, the progress bar, the summary).
+_DROPPED_CALLBACKS = ("Checkpoint", "ProgressBar", "ModelSummary", "LearningRateMonitor", "DeviceStatsMonitor")
+
+
+def user_callbacks(pl: Any, callbacks: list[Any]) -> list[Any]:
+    """The user's callbacks a trial keeps: all but checkpointing, progress bars, model summaries and
+    the monitors that need a logger (a trial has none of them)."""
+    dropped = tuple(getattr(pl.callbacks, name) for name in _DROPPED_CALLBACKS if hasattr(pl.callbacks, name))
+    return [c for c in callbacks if not isinstance(c, dropped)]
+
+
+def apply_channels_last(model: Any) -> Any:
+    """The module in ``torch.channels_last``, and its 4-D input tensors converted after each batch
+    transfer (``on_after_batch_transfer``), as the PyTorch tutorial on channels last does."""
+    import torch
+    from lightning.fabric.utilities.apply_func import apply_to_collection
+
+    model = model.to(memory_format=torch.channels_last)
+    original = model.on_after_batch_transfer
+
+    def on_after_batch_transfer(batch, dataloader_idx):
+        batch = original(batch, dataloader_idx)
+        return apply_to_collection(batch, torch.Tensor, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
+
+    model.on_after_batch_transfer = on_after_batch_transfer
+    return model
