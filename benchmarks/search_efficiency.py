@@ -290,7 +290,7 @@ from lightning.pytorch.tuner import Tuner
 from autotune.lightning_cli import load_spec
 spec = json.loads(sys.argv[1])
 L.seed_everything(spec["seed"], verbose=False)
-model_cls, data_cls, _ = load_spec(spec)
+model_cls, data_cls, _, _ = load_spec(spec)
 model, data = model_cls(), data_cls()
 start = time.monotonic()
 trainer = L.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=False, enable_checkpointing=False,
