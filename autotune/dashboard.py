@@ -44,8 +44,10 @@ def storage_for_dashboard(target: str | None) -> str:
 def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=None) -> None:
     """Serve optuna-dashboard until interrupted (blocks).
 
-    The dashboard's best trial is autotune's recommendation, and its Pareto front holds feasible
-    trials only (see :func:`autotune.optuna_compat.dashboard_honours_constraints`).
+    The dashboard's best trial is autotune's recommendation, its Pareto front holds feasible
+    trials only (see :func:`autotune.optuna_compat.dashboard_honours_constraints`), and its parameter
+    importances are computed over the full-budget trials, as ``autotune report``'s are
+    (:func:`_importances`).
 
     Args:
         storage_url: Storage to serve (must exist).
@@ -61,11 +63,12 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=
 
     from optuna_dashboard import run_server
 
-    from autotune.optuna_compat import dashboard_honours_constraints
+    from autotune.optuna_compat import dashboard_honours_constraints, dashboard_importances
     from autotune.study import open_storage
 
     storage = open_storage(storage_url, create=False)
     dashboard_honours_constraints(storage, _recommended(open_storage(storage_url, create=False)))
+    dashboard_importances(_importances)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, port))
@@ -91,3 +94,14 @@ def _recommended(storage):
         return None if settings is None else recommendation(study, settings)[0]
 
     return best
+
+
+def _importances(trials: list, directions: list, objective_id: int) -> dict[str, float]:
+    """For the dashboard's importance panel: :func:`autotune.importance.param_importances` of one
+    objective over the full-budget trials (for samples/s, the figure ``autotune report`` draws)."""
+    import optuna
+
+    from autotune.importance import param_importances
+
+    maximize = directions[objective_id] == optuna.study.StudyDirection.MAXIMIZE
+    return param_importances(trials, lambda t: t.values[objective_id], maximize, directions)

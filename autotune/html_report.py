@@ -4,12 +4,17 @@ Figures (each a ``plotly.graph_objects.Figure``; Optuna's ``optuna.visualization
 it has):
 
 =====================  ========================================================================
-``history``            optimisation history of samples/s (``plot_optimization_history``)
-``batch_throughput``   samples/s against per-device batch size, one trace per precision
-``pareto``             samples/s against the final loss: ``plot_pareto_front`` for a Pareto study,
-                       otherwise a scatter with the Pareto front drawn; the recommendation and the
-                       baseline are marked, and the loss tolerance is a dashed line
+``history``            optimisation history of samples/s (``plot_optimization_history``), short
+                       screening runs with a mark of their own
+``batch_throughput``   samples/s against per-device batch size (ticks at the batch sizes run), a
+                       legend group per precision, a mark per kind of trial (:data:`MARKS`)
+``pareto``             samples/s against the final loss of the full-budget trials:
+                       ``plot_pareto_front`` for a Pareto study, otherwise a scatter with the Pareto
+                       front drawn; the recommendation and the baseline are marked (named as the
+                       terminal summary names them), and the loss tolerance is a dashed line
 ``importances``        parameter importances for samples/s (``plot_param_importances``, PED-ANOVA)
+                       over the full-budget trials (:func:`autotune.study.full_budget_trials`), as
+                       ``autotune dashboard``'s importance panel computes them
 ``loss_curves``        training loss against samples seen for the five fastest feasible trials
                        and the baseline (each trial's ``loss_curve``)
 ``failures``           failed trials counted by failure kind, with their reasons on hover
@@ -46,6 +51,16 @@ FIGURE_TITLES = {
 }
 #: Loss curves drawn besides the baseline's.
 CURVES = 5
+#: The marker of each kind of trial, the same in every figure: a full-budget trial within the loss
+#: tolerance, one above it, and a short stage-1 screening run of ``--search staged`` (its loss, after
+#: fewer samples, is not judged against the tolerance).
+MARKS = {"feasible": "circle", "infeasible": "x", "short": "triangle-up-open"}
+#: The legend name of each kind of trial.
+KINDS = {
+    "feasible": "feasible",
+    "infeasible": "infeasible (loss above the tolerance)",
+    "short": "short screening run (loss not judged)",
+}
 
 
 def _complete(study) -> list:
@@ -58,6 +73,16 @@ def _finite(value: Any) -> bool:
 
 def _sps_target(t) -> float:
     return float(t.user_attrs.get("samples_per_sec", float("nan")))
+
+
+def _short(t) -> bool:
+    """A short stage-1 screening run (``trial_samples``): fewer samples than the study's budget."""
+    return "trial_samples" in t.user_attrs
+
+
+def _kind(t) -> str:
+    """The key of :data:`MARKS` of a complete trial."""
+    return "short" if _short(t) else "feasible" if t.user_attrs.get("feasible") else "infeasible"
 
 
 def build_figures(study, settings: StudySettings, recommended=None, baseline=None) -> dict[str, Any]:
@@ -76,7 +101,7 @@ def build_figures(study, settings: StudySettings, recommended=None, baseline=Non
         except _Missing as e:
             figures[name] = str(e)
         if not isinstance(figures[name], str):
-            figures[name].update_layout(title=FIGURE_TITLES[name], template="plotly_white")
+            figures[name].update_layout(title_text=FIGURE_TITLES[name], template="plotly_white")
     return figures
 
 
@@ -89,34 +114,67 @@ def _history(study, settings, recommended, baseline):
 
     if not _complete(study):
         raise _Missing("No trial has completed yet.")
-    fig = optuna.visualization.plot_optimization_history(study, target=_sps_target, target_name="samples/s")
+    fig = optuna.visualization.plot_optimization_history(study, target=_sps_target, target_name=KINDS["feasible"])
+    # Optuna draws a short run as infeasible (it is told a failing constraint): it gets its own mark, and
+    # the infeasible trials the cross they have in every figure
+    short = sorted((t for t in _complete(study) if _short(t)), key=lambda t: t.number)
+    numbers = {t.number for t in short}
+    for trace in fig.data:
+        keep = [i for i, x in enumerate(trace.x) if x not in numbers]
+        trace.update(x=[trace.x[i] for i in keep], y=[trace.y[i] for i in keep])
+        if trace.name == "Infeasible Trial":
+            trace.update(name=KINDS["infeasible"], showlegend=True, marker={"symbol": MARKS["infeasible"], "size": 8})
+    if short:
+        fig.add_trace(_kind_trace(short, "short", [t.number for t in short], {"color": "#7f7f7f"}))
     fig.update_yaxes(title="samples/s (global)")
     return fig
 
 
+def _kind_trace(trials: list, kind: str, x: list, marker: dict, **kwargs):
+    """A scatter of ``trials`` of one kind (:data:`MARKS`), named by :data:`KINDS`, samples/s on y."""
+    import plotly.graph_objects as go
+
+    return go.Scatter(
+        x=x,
+        y=[t.user_attrs["samples_per_sec"] for t in trials],
+        mode="markers",
+        name=KINDS[kind],
+        text=[_label(t) for t in trials],
+        hovertemplate="%{text}<extra></extra>",
+        marker={"symbol": MARKS[kind], "size": 10, **({"line": {"width": 2}} if kind == "short" else {}), **marker},
+        **kwargs,
+    )
+
+
 def _batch_throughput(study, settings, recommended, baseline):
+    import plotly.colors
     import plotly.graph_objects as go
 
     trials = _complete(study)
     if not trials:
         raise _Missing("No trial has completed yet.")
     fig = go.Figure()
-    for precision in sorted({t.user_attrs["config"]["precision"] for t in trials}):
-        group = sorted(
-            (t for t in trials if t.user_attrs["config"]["precision"] == precision), key=lambda t: t.user_attrs["config"]["batch_size"]
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[t.user_attrs["config"]["batch_size"] for t in group],
-                y=[t.user_attrs["samples_per_sec"] for t in group],
-                mode="markers",
-                name=precision,
-                text=[_label(t) for t in group],
-                hovertemplate="%{text}<extra></extra>",
-                marker={"symbol": ["circle" if t.user_attrs.get("feasible") else "x" for t in group], "size": 10},
+    palette = plotly.colors.qualitative.Plotly
+    for i, precision in enumerate(sorted({t.user_attrs["config"]["precision"] for t in trials})):
+        for kind in MARKS:  # a legend group per precision (its colour), a trace per kind of trial (its mark)
+            group = sorted(
+                (t for t in trials if t.user_attrs["config"]["precision"] == precision and _kind(t) == kind),
+                key=lambda t: t.user_attrs["config"]["batch_size"],
             )
-        )
-    fig.update_xaxes(title="per-device batch size", type="log")
+            if group:
+                fig.add_trace(
+                    _kind_trace(
+                        group,
+                        kind,
+                        [t.user_attrs["config"]["batch_size"] for t in group],
+                        {"color": palette[i % len(palette)]},
+                        legendgroup=precision,
+                        legendgrouptitle_text=precision,
+                    )
+                )
+    # a log axis labels its decades ("2 3 4 ... 9 100"): the ticks are the batch sizes that ran
+    sizes = sorted({t.user_attrs["config"]["batch_size"] for t in trials})
+    fig.update_xaxes(title="per-device batch size", type="log", tickvals=sizes, ticktext=[str(b) for b in sizes])
     fig.update_yaxes(title="samples/s (global)")
     return fig
 
@@ -133,6 +191,7 @@ def _label(t) -> str:
         f"lr {c.get('lr'):.3g}" if isinstance(c.get("lr"), float) else "",
         f"{t.user_attrs.get('samples_per_sec', float('nan')):,.0f} samples/s",
         f"loss {loss:.4g}" if _finite(loss) else "",
+        f"short screening run ({t.user_attrs['trial_samples']} samples): loss not judged" if _short(t) else "",
     ]
     return "<br>".join(p for p in parts if p)
 
@@ -144,14 +203,16 @@ def _pareto(study, settings, recommended, baseline):
     from autotune.objective import pareto_front
     from autotune.study import records_of
 
-    trials = [t for t in _complete(study) if _finite(t.user_attrs.get("loss"))]
+    # a short screening run's loss (after fewer samples) is not comparable with the tolerance: left out
+    trials = [t for t in _complete(study) if _finite(t.user_attrs.get("loss")) and not _short(t)]
     if not trials:
-        raise _Missing("No trial has completed with a finite loss yet.")
+        raise _Missing("No full-budget trial has completed with a finite loss yet.")
     monitor = settings.monitor
     if len(study.directions) == 2:
         fig = optuna.visualization.plot_pareto_front(study, target_names=["samples/s", monitor])
     else:
-        front = {r.number for r in pareto_front(records_of(study), settings.mode)}
+        drawn = {t.number for t in trials}
+        front = {r.number for r in pareto_front([r for r in records_of(study) if r.number in drawn], settings.mode)}
         fig = go.Figure()
         for name, group, symbol in (
             ("Pareto front", [t for t in trials if t.number in front], "diamond"),
@@ -176,6 +237,7 @@ def _pareto(study, settings, recommended, baseline):
         tol = settings.loss_tolerance
         bound = base["loss"] * (1 + tol) if settings.mode == "min" else base["loss"] * (1 - tol)
         fig.add_hline(y=bound, line_dash="dash", annotation_text=f"loss tolerance ({tol:.0%} vs baseline)")
+    names = _named(study, settings, recommended, baseline)
     for trial, name, symbol in ((baseline, "baseline", "square"), (recommended, "recommended", "star")):
         if trial is not None and _finite(trial.user_attrs.get("loss")):
             fig.add_trace(
@@ -183,7 +245,7 @@ def _pareto(study, settings, recommended, baseline):
                     x=[trial.user_attrs["samples_per_sec"]],
                     y=[trial.user_attrs["loss"]],
                     mode="markers",
-                    name=f"{name} (trial {trial.number})",
+                    name=f"{name} ({names[name]})",
                     marker={"symbol": symbol, "size": 18, "line": {"width": 2}},
                     text=[_label(trial)],
                     hovertemplate="%{text}<extra></extra>",
@@ -192,25 +254,65 @@ def _pareto(study, settings, recommended, baseline):
     return fig
 
 
+def _named(study, settings, recommended, baseline) -> dict[str, str]:
+    """How the legend names the recommendation and the baseline, as the terminal summary does: a
+    search trial by its number; a config confirmed by its runs (the point drawn is the run closest to
+    their median). The baseline is the study's baseline trial, the recommendation the run it names."""
+    from autotune.study import confirmation
+
+    confirmed = confirmation(study, settings)
+    groups = {n: g for g in (confirmed[0] if confirmed else []) for n in g.runs}
+    names = {}
+    for role, trial in (("baseline", baseline), ("recommended", recommended)):
+        if trial is None:
+            continue
+        group = groups.get(trial.number)
+        runs = f"median of its confirmation runs {', '.join(map(str, group.runs))}" if group else ""
+        if group is None:
+            names[role] = f"trial {trial.number}"
+        elif role == "baseline":
+            names[role] = f"trial {group.number}; {runs}"
+        else:
+            names[role] = f"trial {trial.number}, the config of trial {group.number}; {runs}"
+    return names
+
+
+#: Below this many full-budget trials, PED-ANOVA's top 10% is a single trial and its ranking is rough.
+ROUGH_IMPORTANCES = 10
+
+
 def _importances(study, settings, recommended, baseline):
     import warnings
 
     import optuna
 
-    trials = _complete(study)
-    from autotune.space import param_name
+    from autotune.importance import importance_inputs
 
-    varied = [name for name, entry in settings.space.items() if len({repr(t.params.get(param_name(name, entry))) for t in trials}) > 1]
-    if len(trials) < 3 or not varied:
-        raise _Missing("Parameter importances need at least 3 complete trials that differ in some parameter.")
+    # the same inputs as autotune dashboard's importance panel (autotune.importance): the full-budget trials
+    inputs = importance_inputs(study.get_trials(deepcopy=False), _sps_target, True, study.directions)
+    n = len(inputs.trials)
+    if n < 3 or not inputs.params:
+        raise _Missing(
+            f"Parameter importances need at least 3 full-budget trials that differ in some parameter ({n} so far; "
+            "short screening runs, confirmation runs and duplicates do not count)."
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return optuna.visualization.plot_param_importances(
-                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target=_sps_target, target_name="samples/s"
+            fig = optuna.visualization.plot_param_importances(
+                inputs.study,
+                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                params=inputs.params,
+                target=inputs.target,
+                target_name="samples/s",
             )
         except (ValueError, RuntimeError, ZeroDivisionError) as e:
             raise _Missing(f"Parameter importances could not be computed: {e}") from None
+    covered = f"over {n} full-budget trials (short screening runs, confirmation runs and duplicates left out)"
+    if n < ROUGH_IMPORTANCES:
+        covered += f"; under {ROUGH_IMPORTANCES} the ranking is rough"
+    fig.update_layout(title_subtitle_text=covered)
+    return fig
 
 
 def _loss_curves(study, settings, recommended, baseline):
@@ -223,12 +325,15 @@ def _loss_curves(study, settings, recommended, baseline):
     chosen = feasible[:CURVES]
     if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline not in chosen:
         chosen.append(baseline)
+    names = _named(study, settings, recommended, baseline)
     if not chosen:
         raise _Missing("No feasible trial has a recorded loss curve yet.")
     fig = go.Figure()
     for t in chosen:
         curve = t.user_attrs["loss_curve"]
-        name = f"trial {t.number}" + (" (baseline)" if baseline is not None and t.number == baseline.number else "")
+        name = f"trial {t.number}"
+        if baseline is not None and t.number == baseline.number:
+            name += " (baseline)" if names["baseline"] == f"trial {t.number}" else f" (baseline: {names['baseline']})"
         name += " (recommended)" if recommended is not None and t.number == recommended.number else ""
         fig.add_trace(
             go.Scatter(
@@ -285,14 +390,21 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
     trials = study.get_trials(deepcopy=False)
     counts = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "PRUNED", "RUNNING", "WAITING")}
     summary = [f"{len(trials)} trials: " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n)]
+    from autotune.study import confirmation, confirmed_speed
+
     if recommended is not None and baseline is not None:
-        speedup = recommended.user_attrs["samples_per_sec"] / baseline.user_attrs["samples_per_sec"]
-        summary.append(
-            f"Recommended: trial {recommended.number}, {recommended.user_attrs['samples_per_sec']:,.0f} samples/s = "
-            f"{speedup:.2f}x the baseline (trial {baseline.number}, {baseline.user_attrs['samples_per_sec']:,.0f} samples/s); "
-            f"config {html.escape(json.dumps(recommended.user_attrs.get('config', {})))}"
-        )
-    from autotune.study import confirmation
+        names = _named(study, settings, recommended, baseline)
+        speed = confirmed_speed(study, settings)
+        if speed is not None:  # as the terminal summary says it: medians of the confirmation runs
+            sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
+            said = (
+                f"Recommended: trial {recommended.number} (the config of trial {speed['trial']}, confirmed): median {sps:,.0f} samples/s "
+                f"over {speed['runs']} runs = {sps / b_sps:.2f}x the baseline's median ({names['baseline']}; {b_sps:,.0f} samples/s)"
+            )
+        else:
+            sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+            said = f"Recommended: trial {recommended.number}, {sps:,.0f} samples/s = {sps / b_sps:.2f}x the baseline ({names['baseline']}, {b_sps:,.0f} samples/s)"
+        summary.append(f"{html.escape(said)}; config {html.escape(json.dumps(recommended.user_attrs.get('config', {})))}")
     from autotune.summary import (
         confirmation_lines,
         flops_line,

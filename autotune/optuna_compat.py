@@ -7,7 +7,8 @@ live :class:`optuna.trial.Trial` for a stored trial, the atomic WAITING -> RUNNI
 outside ``optimize`` (``optuna.storages._heartbeat``), the ``fixed_params`` that
 ``Study.enqueue_trial`` stores, system attributes, and the form a trial's constraint is stored in
 (:func:`set_constraint`). Checked against Optuna 5.0. It also holds the two places optuna-dashboard
-0.21 is taught to honour that constraint (:func:`dashboard_honours_constraints`).
+0.21 is taught to honour that constraint (:func:`dashboard_honours_constraints`) and the one its
+importance panel is given autotune's importances (:func:`dashboard_importances`).
 
 :class:`autotune.storage.ResilientRDBStorage` also names the private storage methods that Optuna's
 own wrappers call (``_PRIVATE_CALLS`` there), to retry them.
@@ -28,6 +29,7 @@ CONSTRAINTS_KEY = "constraints"
 __all__ = [
     "claim_waiting",
     "dashboard_honours_constraints",
+    "dashboard_importances",
     "fixed_params",
     "heartbeat_interval",
     "record_heartbeat",
@@ -168,3 +170,40 @@ def dashboard_honours_constraints(storage: Any, best_trial: Callable[[str], optu
 
     feasible_pareto_front.__wrapped__ = pareto_front  # type: ignore[attr-defined]
     dashboard_app.get_pareto_front_trials = feasible_pareto_front
+
+
+def dashboard_importances(
+    compute: Callable[[list[optuna.trial.FrozenTrial], list[optuna.study.StudyDirection], int], dict[str, float]],
+) -> None:
+    """Make optuna-dashboard 0.21, served in this process, show ``compute(trials, directions,
+    objective id)`` in its parameter-importance panel.
+
+    The panel's ``/api/studies/<id>/param_importances`` calls ``optuna_dashboard._app.
+    get_param_importance_from_trials_cache``, which runs PED-ANOVA over every complete trial of the
+    study; it is replaced here (the original stays as its ``__wrapped__``). The answers are cached per
+    study, objective and set of complete trials, as the dashboard caches its own.
+
+    Args:
+        compute: Parameter name to importance (largest first; ``{}`` for none) from the study's
+            trials (every state), its directions and the objective's index.
+    """
+    import threading
+
+    import optuna_dashboard._app as dashboard_app
+    from optuna_dashboard._importance import convert_to_importance_type
+
+    original = getattr(
+        dashboard_app.get_param_importance_from_trials_cache, "__wrapped__", dashboard_app.get_param_importance_from_trials_cache
+    )
+    cache: dict[tuple, list] = {}
+    lock = threading.Lock()
+
+    def importances(inmemory_cache, storage, study_id: int, objective_id: int, trials: list) -> list:
+        key = (study_id, objective_id, tuple(t.number for t in trials if t.state == optuna.trial.TrialState.COMPLETE))
+        with lock:
+            if key not in cache:
+                cache[key] = convert_to_importance_type(compute(trials, storage.get_study_directions(study_id), objective_id), trials)
+            return cache[key]
+
+    importances.__wrapped__ = original  # type: ignore[attr-defined]
+    dashboard_app.get_param_importance_from_trials_cache = importances

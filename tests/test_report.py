@@ -10,6 +10,8 @@ import sys
 import pytest
 from conftest import MODELS, run_cli
 
+from autotune.html_report import KINDS
+
 pytestmark = pytest.mark.slow
 
 
@@ -34,6 +36,16 @@ def plotly_figures(page: str) -> dict[str, list[dict]]:
     return out
 
 
+def plotly_layouts(page: str) -> dict[str, dict]:
+    """figure name -> its plotly layout, read back from the page's ``Plotly.newPlot`` calls."""
+    decoder = json.JSONDecoder()
+    out = {}
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"figure-(\w+)",\s*', page):
+        _, end = decoder.raw_decode(page, match.end())
+        out[match.group(1)], _ = decoder.raw_decode(page, re.compile(r",\s*").match(page, end).end())
+    return out
+
+
 def test_the_report_holds_every_figure_with_its_traces(made_study):
     import optuna
 
@@ -46,14 +58,18 @@ def test_the_report_holds_every_figure_with_its_traces(made_study):
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     # history: Optuna's own figure, one point per complete trial (feasible ones, and the infeasible
     # ones apart: Optuna reads the loss-tolerance constraint stored on each trial)
-    points = [y for t in figures["history"] if t["name"] in ("samples/s", "Infeasible Trial") for y in t["y"]]
+    points = [y for t in figures["history"] if t["name"] in (KINDS["feasible"], KINDS["infeasible"]) for y in t["y"]]
     assert sorted(points) == sorted(t.user_attrs["samples_per_sec"] for t in complete)
     feasible = [t.user_attrs["samples_per_sec"] for t in complete if t.user_attrs["feasible"]]
     assert sorted(figures["history"][0]["y"]) == sorted(feasible)
-    # throughput against batch size: a trace per precision that ran, every complete trial once
+    # throughput against batch size: a legend group per precision that ran (a trace per kind of trial in
+    # it), every complete trial once, the batch sizes run as the ticks
     precisions = {t.user_attrs["config"]["precision"] for t in complete}
-    assert {t["name"] for t in figures["batch_throughput"]} == precisions
+    assert {t["legendgroup"] for t in figures["batch_throughput"]} == precisions
+    assert {t["name"] for t in figures["batch_throughput"]} <= set(KINDS.values())
     assert sum(len(t["x"]) for t in figures["batch_throughput"]) == len(complete)
+    sizes = sorted({t.user_attrs["config"]["batch_size"] for t in complete})
+    assert plotly_layouts(page)["batch_throughput"]["xaxis"]["tickvals"] == sizes
     # the Pareto figure marks the recommendation and the baseline
     names = [t["name"] for t in figures["pareto"]]
     assert "baseline (trial 0)" in names and any(n.startswith("recommended (trial ") for n in names)
@@ -91,7 +107,7 @@ def test_a_study_with_one_trial_gets_figures_or_the_reason_each_is_missing(tmp_p
              "--study-name", "one"], cwd=tmp_path, check_rc=0)
     r = run_cli(["report", "one.db", "--out", tmp_path / "one.html"], cwd=tmp_path, check_rc=0)
     page = (tmp_path / "one.html").read_text()
-    assert "Parameter importances need at least 3 complete trials" in page and "No trial failed." in page
+    assert "Parameter importances need at least 3 full-budget trials" in page and "No trial failed." in page
     assert set(plotly_figures(page)) == {"history", "batch_throughput", "pareto", "loss_curves"}
     assert "4 of 6 figures" in r.stdout
 

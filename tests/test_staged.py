@@ -4,9 +4,11 @@ import optuna
 import pytest
 from conftest import MODELS
 from optuna.distributions import CategoricalDistribution
+from test_report import plotly_figures
 
 from autotune.config import TrialConfig
 from autotune.errors import UsageError
+from autotune.html_report import KINDS
 from autotune.study import (
     SearchOptions,
     check_search_options,
@@ -15,6 +17,7 @@ from autotune.study import (
     system_budget,
     top_system_configs,
 )
+from autotune.study.staged import SHORT_RUN_CONSTRAINT
 
 
 def test_the_plan_runs_the_baseline_and_enqueued_configs_first_and_splits_the_rest():
@@ -82,8 +85,9 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     for t in short:  # lr and accumulation at the baseline's; a shorter budget, whose loss is not judged
         assert t.params["accumulate_grad_batches"] == 1 and t.params["lr"] == base.params["lr"] and t.state.name == "COMPLETE"
         budget = min(2048, max(512, 32 * t.params["batch_size"]))
-        if budget < 2048:
+        if budget < 2048:  # told a constraint it fails: Optuna's and optuna-dashboard's best values skip it
             assert t.user_attrs["trial_samples"] == budget and t.user_attrs["feasible"] is None
+            assert t.system_attrs["constraints"] == [SHORT_RUN_CONSTRAINT]
         else:  # 32 steps of batch 128 are the whole budget: a full run, judged like any other
             assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
     fastest = top_system_configs(trials[:min(t.number for t in full)], 3)
@@ -98,6 +102,12 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     assert recommended is not None and recommended.user_attrs.get("stage") != "system"
     shown = cli("show", db, check_rc=0).stdout
     assert all(f"short ({t.user_attrs['trial_samples']} samples)" in shown for t in short if "trial_samples" in t.user_attrs)
+    # the report draws the short runs (duplicates included) with their own mark, and leaves them out of the importances
+    cli("report", db, "--out", tmp_path / "r.html", check_rc=0)
+    figures = plotly_figures((tmp_path / "r.html").read_text())
+    screened = sorted(t.number for t in trials if t.state.name == "COMPLETE" and "trial_samples" in t.user_attrs)
+    assert sorted(x for t in figures["history"] if t["name"] == KINDS["short"] for x in t["x"]) == screened
+    assert sum(len(t["x"]) for t in figures["batch_throughput"] if t["name"] == KINDS["short"]) == len(screened)
     # a resumed flat run samples every knob at full budget
     cli("search", MODELS / "tiny.py", "--search", "flat", "--trials", 1, "--samples", 2048, "--space", space,
         "--storage", f"sqlite:///{db}", check_rc=0)

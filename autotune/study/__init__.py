@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         confirm_candidates,
         confirmation,
         confirmed_speed,
+        full_budget_trials,
         recommendation,
         records_of,
     )
@@ -85,6 +86,7 @@ __all__ = [
     "default_study_name",
     "drain_queue",
     "export_study",
+    "full_budget_trials",
     "load_study",
     "mask_url",
     "oom_frontier",
@@ -122,6 +124,7 @@ _HOMES = {
     "default_study_name": "autotune.study.options",
     "drain_queue": "autotune.study.queue",
     "export_study": "autotune.study.publish",
+    "full_budget_trials": "autotune.study.records",
     "load_study": "autotune.study.settings",
     "mask_url": "autotune.storage",
     "oom_frontier": "autotune.study.memory",

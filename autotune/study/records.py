@@ -61,6 +61,21 @@ def _baseline_pending(study) -> bool:
     return any(t.user_attrs.get("baseline") and t.state.name in ("WAITING", "RUNNING") for t in study.get_trials(deepcopy=False))
 
 
+def full_budget_trials(trials) -> list:
+    """The completed search trials at the study's own budget: no short stage-1 run (``trial_samples``),
+    no confirmation run (``confirm_of``: another budget) and no duplicate (``duplicate_of``: another
+    trial's figures, not a measurement of its own).
+
+    Args:
+        trials: Frozen Optuna trials of one study, in any state.
+    """
+    return [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and not {"trial_samples", "confirm_of", "duplicate_of"} & t.user_attrs.keys()
+    ]
+
+
 def _search_records(study) -> list:
     """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them
     incomparable) and duplicates (their figures are another trial's)."""

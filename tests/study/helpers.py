@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import optuna
 from optuna.distributions import (
     CategoricalDistribution,
@@ -11,8 +13,10 @@ from optuna.distributions import (
 
 from autotune.config import PRECISIONS, TrialConfig
 from autotune.objective import constraint_value, directions
+from autotune.optuna_compat import CONSTRAINTS_KEY
 from autotune.study import BASELINE_ATTR, SETTINGS_ATTR
 from autotune.study.settings import StudySettings
+from autotune.study.staged import SHORT_RUN_CONSTRAINT
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -51,7 +55,8 @@ def add(study, sps: float | None = 100.0, loss: float | None = 1.0, state: str =
     """Add a finished trial of ``TrialConfig(**config)`` (fields default to the baseline's) and return it frozen.
 
     A completed trial is judged against the study's baseline loss as a search trial is (``feasible``,
-    ``constraint``), unless it is a short stage-1 run (``trial_samples``: not judged). The first
+    ``constraint``, and the constraint stored as Optuna and optuna-dashboard read it), unless it is a
+    short stage-1 run (``trial_samples``: not judged, told :data:`SHORT_RUN_CONSTRAINT`). The first
     ``baseline`` trial becomes the study's baseline (its ``baseline`` study attribute). ``attrs`` adds
     or overrides user attributes (``confirm_of``, ``duplicate_of``, ``fail_kind``, ...).
     """
@@ -74,11 +79,14 @@ def add(study, sps: float | None = 100.0, loss: float | None = 1.0, state: str =
         constraint = constraint_value(loss, reference, settings["loss_tolerance"], settings["mode"])
         user_attrs.setdefault("constraint", constraint)
         user_attrs.setdefault("feasible", constraint <= 0)
-    values = None
+    values, system_attrs = None, {}
     if state == "COMPLETE":
         values = [sps] if len(study.directions) == 1 else [sps, loss]
+        constraint = SHORT_RUN_CONSTRAINT if "trial_samples" in user_attrs else user_attrs["constraint"]
+        system_attrs[CONSTRAINTS_KEY] = [1e300 if constraint is None or not math.isfinite(constraint) else float(constraint)]
     study.add_trial(optuna.trial.create_trial(params=params, distributions={k: DISTRIBUTIONS[k] for k in params}, values=values,
-                                              state=getattr(optuna.trial.TrialState, state), user_attrs=user_attrs))
+                                              state=getattr(optuna.trial.TrialState, state), user_attrs=user_attrs,
+                                              system_attrs=system_attrs))
     frozen = study.get_trials(deepcopy=False)[-1]
     if baseline and info is None and state == "COMPLETE":
         study.set_user_attr(BASELINE_ATTR, {"trial": frozen.number, "samples_per_sec": sps, "loss": loss, "loss_target": None})
