@@ -61,11 +61,23 @@ def total_batches(config: TrialConfig, samples: int) -> tuple[int, int]:
     return steps, steps * config.accumulate_grad_batches
 
 
+def _optimizer_steps(batches: int, per_epoch: int, accumulate: int) -> int:
+    """Optimizer steps Lightning takes over ``batches`` training batches of ``per_epoch`` batches an
+    epoch: ``ceil(b / accumulate)`` per epoch of ``b`` batches (it steps at an epoch's end inside an
+    accumulation window)."""
+    full, rest = divmod(batches, per_epoch)
+    return full * math.ceil(per_epoch / accumulate) + math.ceil(rest / accumulate)
+
+
 def max_steps(config: TrialConfig, samples: int, train_samples: int | None) -> int:
-    """``max_steps`` of a trial: its optimizer steps, plus one per epoch end the budget crosses when
-    batches are accumulated (Lightning steps at an epoch's end inside an accumulation window), so
-    training never stops before the budget's batches. Without the training set's size, one step per
-    batch (an upper bound).
+    """``max_steps`` of a trial: the optimizer steps Lightning takes over the budget's batches, so
+    ``trainer.estimated_stepping_batches`` is what a scheduler such as OneCycleLR expects and
+    training never stops before the budget's batches.
+
+    Under gradient accumulation Lightning steps once more at each epoch end inside an accumulation
+    window, so the epoch's length counts: from the training set's size, as the larger count of an
+    epoch with and without its last partial batch (``drop_last`` is the user's). Without the size,
+    one step per batch (an upper bound).
 
     Args:
         config: The trial's config.
@@ -73,12 +85,14 @@ def max_steps(config: TrialConfig, samples: int, train_samples: int | None) -> i
         train_samples: Size of the training set (samples per epoch, all devices), or ``None``.
     """
     steps, batches = total_batches(config, samples)
-    if config.accumulate_grad_batches == 1:
+    accumulate = config.accumulate_grad_batches
+    if accumulate == 1:
         return steps
     if not train_samples:
         return batches
-    per_epoch = max(1, train_samples // (config.batch_size * config.world_size))  # batches per device (floor: more epoch ends)
-    return steps + math.ceil(batches / per_epoch) + 1
+    per_device = math.ceil(train_samples / config.world_size)  # DistributedSampler pads every rank to this
+    lengths = {max(1, per_device // config.batch_size), max(1, math.ceil(per_device / config.batch_size))}
+    return max(steps, *(_optimizer_steps(batches, n, accumulate) for n in lengths))
 
 
 def trainer_kwargs(

@@ -262,6 +262,12 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     )
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
+    rebuilt = [knob for knob, t in report["targets"].items() if t["how"] == "loader"]
+    if rebuilt:
+        ui.info(
+            f"{' and '.join(rebuilt)}: no argument or attribute sets them, so each trial rebuilds the DataLoader that "
+            "train_dataloader() returns with the trial's values (docs/model.md)"
+        )
     hardware = Hardware.from_dict(report["hardware"])
     devices = _trial_devices(opts, hardware, ui)
     num_nodes = opts.num_nodes or 1
