@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -49,3 +50,55 @@ def load(db_path, name):
     import optuna
 
     return optuna.load_study(study_name=name, storage=f"sqlite:///{db_path}")
+
+
+def dashboard_api(app, path):
+    """GET ``path`` from an optuna-dashboard WSGI ``app`` (no server), as JSON; asserts status 200."""
+    import io
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.input": io.BytesIO()}
+    setup_testing_defaults(environ)
+    status = []
+    body = b"".join(app(environ, lambda s, h, exc_info=None: status.append(s)))
+    assert status[0].startswith("200"), (status, body[:500])
+    return json.loads(body)
+
+
+@pytest.fixture
+def restore_dashboard():
+    """Undo what ``autotune dashboard`` patches into optuna-dashboard's app module in this process."""
+    import optuna_dashboard._app as dashboard_app
+
+    saved = dashboard_app.get_pareto_front_trials, dashboard_app.get_param_importance_from_trials_cache
+    yield
+    dashboard_app.get_pareto_front_trials, dashboard_app.get_param_importance_from_trials_cache = saved
+
+
+@contextlib.contextmanager
+def served_dashboard(target, cwd):
+    """``autotune dashboard TARGET`` on a free port until the block ends; yields ``(port, study summaries)``."""
+    import json
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", str(target), "--port", str(port)], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        studies = None
+        for _ in range(100):
+            try:
+                studies = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5))["study_summaries"]
+                break
+            except OSError:
+                time.sleep(0.3)
+        assert studies is not None, "autotune dashboard did not answer"
+        yield port, studies
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

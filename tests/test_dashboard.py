@@ -1,11 +1,7 @@
 """The loss-tolerance constraint as optuna-dashboard reads it, and the dashboard's best trials (issue 14.10)."""
 
-import io
-import json
-from wsgiref.util import setup_testing_defaults
-
 import optuna
-import pytest
+from conftest import dashboard_api
 
 from autotune.optuna_compat import dashboard_honours_constraints, set_constraint
 
@@ -18,24 +14,6 @@ def _study(storage, name, directions, trials):
         set_constraint(study, trial, constraint)
         study.tell(trial, values)
     return study
-
-
-def _api(app, path):
-    environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.input": io.BytesIO()}
-    setup_testing_defaults(environ)
-    status = []
-    body = b"".join(app(environ, lambda s, h, exc_info=None: status.append(s)))
-    assert status[0].startswith("200"), (status, body[:500])
-    return json.loads(body)
-
-
-@pytest.fixture
-def restore_dashboard():
-    import optuna_dashboard._app as dashboard_app
-
-    original = dashboard_app.get_pareto_front_trials
-    yield
-    dashboard_app.get_pareto_front_trials = original
 
 
 def test_the_constraint_is_one_list_that_optuna_and_the_dashboard_read(tmp_path):
@@ -57,18 +35,18 @@ def test_the_dashboard_best_trial_is_feasible_single_and_multi_objective(tmp_pat
     served = optuna.storages.RDBStorage(url)
     # without the fix the dashboard names the faster infeasible trial best
     app = create_app(served)
-    ids = {s["study_name"]: s["study_id"] for s in _api(app, "/api/studies")["study_summaries"]}
-    assert [t["number"] for t in _api(app, f"/api/studies/{ids['one']}")["best_trials"]] == [1]
-    assert sorted(t["number"] for t in _api(app, f"/api/studies/{ids['two']}")["best_trials"]) == [0, 1]
+    ids = {s["study_name"]: s["study_id"] for s in dashboard_api(app, "/api/studies")["study_summaries"]}
+    assert [t["number"] for t in dashboard_api(app, f"/api/studies/{ids['one']}")["best_trials"]] == [1]
+    assert sorted(t["number"] for t in dashboard_api(app, f"/api/studies/{ids['two']}")["best_trials"]) == [0, 1]
     chosen = {"one": None}
     dashboard_honours_constraints(
         served, lambda name: None if chosen[name] is None else optuna.load_study(study_name=name, storage=storage).trials[chosen[name]]
     )
     app = create_app(served)
-    detail = _api(app, f"/api/studies/{ids['one']}")
+    detail = dashboard_api(app, f"/api/studies/{ids['one']}")
     assert [t["constraints"] for t in detail["trials"]] == [[0.0], [0.2], [-0.01]]  # what it draws infeasible trials from
     assert [t["number"] for t in detail["best_trials"]] == [2]  # the best feasible trial
     chosen["one"] = 0  # autotune's recommendation, when it gives one, is the dashboard's best trial
-    assert [t["number"] for t in _api(app, f"/api/studies/{ids['one']}")["best_trials"]] == [0]
-    front = _api(app, f"/api/studies/{ids['two']}")["best_trials"]
+    assert [t["number"] for t in dashboard_api(app, f"/api/studies/{ids['one']}")["best_trials"]] == [0]
+    front = dashboard_api(app, f"/api/studies/{ids['two']}")["best_trials"]
     assert sorted(t["number"] for t in front) == [0, 2]  # the infeasible 1, which dominates 2, is left out

@@ -3,6 +3,7 @@ optuna-dashboard make of the same trials (issue 16, items 15-19)."""
 
 import optuna
 import pytest
+from conftest import dashboard_api, served_dashboard
 from study.helpers import add, confirm, make_study  # tests/study/helpers.py
 from test_report import CHROMIUM_FLAGS, _chromium
 
@@ -190,34 +191,12 @@ def test_autotune_dashboard_s_importance_panel_is_the_report_s(tmp_path, restore
     bars = dict(zip(figs["importances"].data[0].y, figs["importances"].data[0].x))
     storage = optuna.storages.RDBStorage(url)
     study_id = storage.get_study_id_from_name(study.study_name)
-    plain = {i["name"]: i["importance"] for i in _api(create_app(storage), f"/api/studies/{study_id}/param_importances")["param_importances"][0]}
+    plain = {i["name"]: i["importance"] for i in dashboard_api(create_app(storage), f"/api/studies/{study_id}/param_importances")["param_importances"][0]}
     assert max(plain, key=plain.get) == "lr"  # optuna-dashboard's own panel: every complete trial
     dashboard_importances(_importances)
-    served = _api(create_app(storage), f"/api/studies/{study_id}/param_importances")["param_importances"][0]
+    served = dashboard_api(create_app(storage), f"/api/studies/{study_id}/param_importances")["param_importances"][0]
     assert [i["name"] for i in served] == sorted(bars, key=bars.get, reverse=True)
     assert {i["name"]: i["importance"] for i in served} == pytest.approx(bars)
-
-
-def _api(app, path):
-    import io
-    import json
-    from wsgiref.util import setup_testing_defaults
-
-    environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.input": io.BytesIO()}
-    setup_testing_defaults(environ)
-    status = []
-    body = b"".join(app(environ, lambda s, h, exc_info=None: status.append(s)))
-    assert status[0].startswith("200"), (status, body[:500])
-    return json.loads(body)
-
-
-@pytest.fixture
-def restore_dashboard():
-    import optuna_dashboard._app as dashboard_app
-
-    saved = dashboard_app.get_pareto_front_trials, dashboard_app.get_param_importance_from_trials_cache
-    yield
-    dashboard_app.get_pareto_front_trials, dashboard_app.get_param_importance_from_trials_cache = saved
 
 
 def test_a_short_run_is_never_best_in_optuna_s_views_and_still_ranks_stage_1(tmp_path, restore_dashboard):  # item 19
@@ -245,11 +224,11 @@ def test_a_short_run_is_never_best_in_optuna_s_views_and_still_ranks_stage_1(tmp
     # its own best trial is the largest value whatever the constraint, autotune dashboard's the recommendation
     storage = optuna.storages.RDBStorage(url)
     study_id = storage.get_study_id_from_name(study.study_name)
-    detail = _api(create_app(storage), f"/api/studies/{study_id}")
+    detail = dashboard_api(create_app(storage), f"/api/studies/{study_id}")
     assert next(t for t in detail["trials"] if t["number"] == fast.number)["constraints"] == [SHORT_RUN_CONSTRAINT]
     assert [t["number"] for t in detail["best_trials"]] == [fast.number]
     dashboard_honours_constraints(storage, lambda name: recommendation(*_loaded(name, url))[0])
-    assert [t["number"] for t in _api(create_app(storage), f"/api/studies/{study_id}")["best_trials"]] == [recommended.number]
+    assert [t["number"] for t in dashboard_api(create_app(storage), f"/api/studies/{study_id}")["best_trials"]] == [recommended.number]
     # the staged search still ranks stage 1 by the short runs' samples/s, and never recommends one
     assert top_system_configs(study.trials, 1) == [system_part(fast.params)]
     assert "trial_samples" not in recommended.user_attrs and recommended.user_attrs["feasible"]
@@ -311,12 +290,6 @@ def _values(part):
 @pytest.mark.slow
 @pytest.mark.skipif(not _chromium(), reason="the browser test needs Chromium (the CI installs Debian's chromium)")
 def test_the_report_and_the_dashboard_draw_short_runs_apart_in_a_browser(tmp_path):  # items 15-19
-    import json
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
 
     from autotune.html_report import write_report
 
@@ -341,23 +314,9 @@ def test_the_report_and_the_dashboard_draw_short_runs_apart_in_a_browser(tmp_pat
         "over 13 full-budget trials (short screening runs, confirmation runs and duplicates left out)"]
     assert _texts(importances, "ytick")[-1] == "num_workers"
     # item 19: optuna-dashboard's history draws the short run, and its best-value line stays at the best feasible value
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", url, "--port", str(port)], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(100):
-            try:
-                studies = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5))["study_summaries"]
-                break
-            except OSError:
-                time.sleep(0.3)
+    with served_dashboard(url, tmp_path) as (port, studies):
         overview = _dom(f"http://127.0.0.1:{port}/dashboard/studies/{studies[0]['study_id']}", tmp_path,
                         screenshot=tmp_path / "dashboard-staged.png")
-    finally:
-        server.terminate()
-        server.communicate(timeout=30)
     value, points, line = _values(_part(overview, "plot-history"))
     feasible = max(t.values[0] for t in study.trials if t.state.name == "COMPLETE" and t.constraints["0"] <= 0)
     assert value(min(points)) == pytest.approx(FAST_SHORT, rel=0.02)  # the short run is drawn (as infeasible)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MODELS, run_cli
+from conftest import MODELS, run_cli, served_dashboard
 
 from autotune.html_report import KINDS
 
@@ -181,9 +181,6 @@ def browse(url, tmp_path, screenshot=None, offline=False):
 
 @pytest.mark.skipif(not _chromium(), reason="the browser test needs Chromium (the CI installs Debian's chromium)")
 def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_path):
-    import socket
-    import time
-    import urllib.request
 
     import optuna
 
@@ -196,18 +193,7 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
         study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
         study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=study.trials[0].params,
                                                   distributions=study.trials[0].distributions))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", db, "--port", str(port)], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(100):
-            try:
-                studies = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5))["study_summaries"]
-                break
-            except OSError:
-                time.sleep(0.3)
+    with served_dashboard(db, tmp_path) as (port, studies):
         ids = {s["study_name"]: s["study_id"] for s in studies}
         for name, _failed in (("tiny", 1), ("front", 1)):
             study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
@@ -235,9 +221,6 @@ def test_the_dashboard_and_the_report_render_in_a_real_browser(made_study, tmp_p
                 assert (f"Trial {t.number} Complete Best Trial" in trials_page) == (t.number in best), (t.number, best)
             if name == "tiny":
                 assert f"Best Trial (number={recommended.number})" in overview
-    finally:
-        server.terminate()
-        server.communicate(timeout=30)
     # the report, opened from disk with no network: every figure is drawn by the inline plotly.js
     run_cli(["report", "front", "--storage", f"sqlite:///{db}", "--out", tmp_path / "front.html"], cwd=tmp_path, check_rc=0)
     page = browse((tmp_path / "front.html").as_uri(), tmp_path, screenshot=tmp_path / "report-front.png", offline=True)
