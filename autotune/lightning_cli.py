@@ -249,7 +249,11 @@ def build(
         raise UsageError(f"LightningCLI refused the config (exit code {e.code}); run your own CLI with it to see why") from None
     except Exception as e:
         if type(e).__name__ in ("ArgumentError", "NSKeyError", "ValueError", "TypeError"):
-            text = " ".join(str(e).split())[:400] or type(e).__name__  # jsonargparse's message, on one line
+            # jsonargparse's message on one line: the key and its first reason (a union type lists every
+            # type it tried, which says no more)
+            lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+            text = " ".join(lines[:2]) or type(e).__name__
+            text = text if len(text) <= 300 else text[:297] + "..."
             raise UsageError(f"LightningCLI refused the config: {text}; fix --config (or the model's constructor arguments)") from None
         raise
     callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]
