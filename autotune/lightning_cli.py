@@ -57,8 +57,8 @@ class Built:
         model: The LightningModule (its ``configure_optimizers`` replaced by the config's
             ``optimizer:``/``lr_scheduler:`` sections when they are given, as LightningCLI does).
         datamodule: The LightningDataModule, or ``None``.
-        trainer: The user's trainer settings: only the keys their config (or CLI defaults) set,
-            instantiated (callbacks are objects).
+        trainer: The user's trainer settings as their CLI parsed them (every key: the config's
+            values, the CLI's defaults, Lightning's), instantiated (callbacks are objects).
         callbacks: The user's callbacks (``trainer.callbacks`` and the CLI's callback arguments).
         config: The parsed config as plain data (``parser.dump``), links applied.
     """
@@ -222,7 +222,6 @@ def build(
     args += cli_overrides({"seed_everything": seed, **overrides})
     subclass_model = isinstance(document.get("model"), Mapping) and "class_path" in document["model"]
     subclass_data = isinstance(document.get("data"), Mapping) and "class_path" in document["data"]
-    trainer_keys = set(document.get("trainer") or {})
 
     class TrialCLI(cli_class):
         """The user's CLI, whose Trainer the trial process builds itself."""
@@ -230,8 +229,9 @@ def build(
         def instantiate_trainer(self, **kwargs: Any) -> Any:
             config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
             self.autotune_callbacks = [self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys]
-            defaults = self.parser.get_defaults().get("trainer", {})
-            self.autotune_trainer = {k: v for k, v in config.items() if k in trainer_keys or v != defaults.get(k)}
+            # every key: what the config sets, and the defaults of the user's CLI (set_defaults in
+            # add_arguments_to_parser, trainer_defaults); the trial process replaces the keys it owns
+            self.autotune_trainer = dict(config)
             return None
 
     try:

@@ -117,6 +117,7 @@ def test_a_linked_batch_size_reaches_every_linked_target(tmp_path, cli):
     for t in trials:  # the module's batch size (and so its lr) follows the loader's, as LightningCLI links them
         batch = float(t.user_attrs["config"]["batch_size"])
         assert t.user_attrs["metrics"]["ran_loader_batch"] == batch and t.user_attrs["metrics"]["ran_module_batch"] == batch
+        assert t.user_attrs["metrics"]["ran_gradient_clip_val"] == 0.25  # a default of the user's CLI (set_defaults)
 
 
 @pytest.mark.slow

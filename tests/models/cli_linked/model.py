@@ -46,6 +46,7 @@ class LinkedModel(pl.LightningModule):
         x, y = batch
         self.log("val_loss", F.cross_entropy(self.net(x), y))
         self.log("ran_module_batch", float(self.hparams.batch_size))
+        self.log("ran_gradient_clip_val", float(self.trainer.gradient_clip_val or 0.0))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.base_lr * self.hparams.batch_size / 32)
