@@ -22,6 +22,15 @@ def test_manual_optimization_without_monitor_fails_the_baseline_with_one_line_na
     (baseline,) = load(db, "manual_gan").trials
     assert baseline.state == optuna.trial.TrialState.FAIL
     assert (baseline.user_attrs["fail_kind"], baseline.user_attrs["fail_reason"]) == ("monitor_missing", reason)
+    # the way out the message names: the same command with --monitor (no trial has completed, so the
+    # study's settings can still be corrected); the objective, which sets the study's directions, cannot
+    bad = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--objective", "goodput", "--quiet")
+    assert bad.returncode == 2 and "was created with objective='throughput', not 'goodput'" in bad.stderr
+    cli("search", MODELS / "manual_gan.py", *SMALL, "--monitor", "g_loss", "--loss-tolerance", 0.5, "--storage", f"sqlite:///{db}",
+        "--quiet", check_rc=0)
+    study = load(db, "manual_gan")
+    assert (study.user_attrs["autotune"]["monitor"], study.user_attrs["autotune"]["monitor_explicit"]) == ("g_loss", True)
+    assert any(t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs["baseline"] for t in study.trials)
 
 
 def test_manual_optimization_judged_by_a_logged_metric_never_searches_accumulation(tmp_path, cli):

@@ -160,7 +160,8 @@ def _open_study(
         settings = settings_of(study)
         if settings is None:
             raise StudyMismatchError(f"study {study_name!r} in {mask_url(storage_url)} was not made by autotune; give another --study-name")
-        _check_resume(settings, opts, model_file)
+        completed = any(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        _check_resume(settings, opts, model_file, correctable=not completed)
         if study.user_attrs.get(BASELINE_ATTR) is None:
             # no baseline yet (it failed): the model or its config may have been fixed, so look again
             settings = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)

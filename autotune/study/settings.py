@@ -203,13 +203,33 @@ def load_study(study_name: str | None, storage_url: str):
     return study, settings
 
 
-def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path) -> None:
+#: Settings that stay fixed even while no trial has completed: they set the study's directions
+#: (``mode`` only for ``pareto``, see :func:`autotune.objective.directions`).
+_FIXED_FROM_CREATION = ("objective", "mode")
+
+
+def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path, correctable: bool = False) -> None:
+    """Check that a resumed study is given the settings it was created with.
+
+    Args:
+        settings: The study's settings.
+        opts: This command's options.
+        model_file: This command's model file (absolute).
+        correctable: No trial of the study has completed: nothing was measured under the old
+            settings, so every flag may correct them (a mistyped ``--monitor``, a missing
+            ``--monitor`` for a module that logs no ``val_loss``), except those that set the study's
+            directions (:data:`_FIXED_FROM_CREATION`).
+
+    Raises:
+        StudyMismatchError: Another model file, or a flag that differs from the study's setting.
+    """
     if Path(settings.model_file) != model_file:
         raise StudyMismatchError(
             f"study {settings.study_name!r} was made for {settings.model_file!r}, not {str(model_file)!r}; "
             "give another --study-name for a new study"
         )
-    for key in _FIXED_ON_RESUME:
+    fixed = [k for k in _FIXED_FROM_CREATION if k != "mode" or settings.objective == "pareto"] if correctable else _FIXED_ON_RESUME
+    for key in fixed:
         given = getattr(opts, key, None)
         if key == "space_file" and given is not None:
             given = str(find_space(given).resolve())
@@ -219,6 +239,7 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
             raise StudyMismatchError(
                 f"study {settings.study_name!r} was created with {key}={getattr(settings, key)!r}, not {given!r}; "
                 "drop the flag to resume it, or give another --study-name for a new study"
+                + ("" if correctable else " (a study's settings can be corrected only while none of its trials has completed)")
             )
 
 
