@@ -36,10 +36,36 @@ def _add_storage(p: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with bad flags reported like every other bad input: one line, exit code 2."""
+    """argparse, with bad flags reported like every other bad input: one line, exit code 2, and a
+    "did you mean" for a mistyped flag or command (:func:`difflib.get_close_matches` over this
+    parser's option strings and choices; Python 3.14's ``suggest_on_error`` does the same)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        # a sub-command's parser reports its own unknown flags, so that the hint can name its options
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
     def error(self, message: str):
-        self.exit(2, f"autotune: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"autotune: error: {message}{self._suggestion(message)} (see `{self.prog} --help`)\n")
+
+    def _suggestion(self, message: str) -> str:
+        """``"; did you mean X?"`` for an unrecognized flag or an invalid choice in ``message``, else ``""``."""
+        import difflib
+        import re
+
+        if message.startswith("unrecognized arguments: "):
+            words = [w.split("=", 1)[0] for w in message.split(": ", 1)[1].split() if w.startswith("-")]
+            known = [o for action in self._actions for o in action.option_strings]
+        else:
+            found = re.search(r"invalid choice: '([^']*)'", message)
+            words = [found.group(1)] if found else []
+            known = [str(c) for action in self._actions if action.choices for c in action.choices]
+        hints = [(word, match[0]) for word in words if (match := difflib.get_close_matches(word, known, n=1))]
+        if len(hints) > 1:
+            return f"; did you mean {' and '.join(f'{hint} (for {word})' for word, hint in hints)}?"
+        return f"; did you mean {hints[0][1]}?" if hints else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
