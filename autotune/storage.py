@@ -30,7 +30,7 @@ import optuna
 
 from autotune.errors import StorageError
 
-__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "is_transient", "mask_url", "open_storage"]
+__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "check_storage_url", "is_transient", "mask_url", "open_storage"]
 
 #: Seconds between a running trial's heartbeats, and after which a silent trial is stale
 #: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
@@ -174,22 +174,30 @@ def _heartbeat_kwargs() -> dict[str, Any]:
     }
 
 
-def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
-    """An Optuna RDB storage for ``url``.
+#: How a PostgreSQL URL starts (SQLAlchemy has no ``postgres://``, which Heroku and libpq accept).
+_POSTGRES_SCHEMES = "postgresql:// (or postgresql+psycopg://)"
 
-    SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
-    (any other folder must exist). Calls ride out a database that is briefly unreachable
-    (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
-    silent for the grace period is failed as stale and retried once (processes that run trials).
+
+def check_storage_url(url: str, *, create: bool = True) -> None:
+    """Check a storage URL without connecting to it or creating anything: its form, SQLAlchemy's
+    dialect and driver for its scheme, and for SQLite the file's folder.
+
+    Args:
+        url: An SQLAlchemy database URL, e.g. ``sqlite:///studies/NAME.db`` or
+            ``postgresql+psycopg://user@host/db``.
+        create: The database may be created (a new SQLite file in an existing folder, or in
+            ``studies/``, which :func:`open_storage` creates); else a SQLite file must exist.
 
     Raises:
-        StorageError: Unknown scheme or driver, unreachable server, or (``create=False``) a SQLite
-            file that does not exist. The message shows the URL without its password.
+        StorageError: An in-memory SQLite database, not a URL, a scheme SQLAlchemy does not know
+            (``postgres://``: the message names ``postgresql://``), a driver that is not installed,
+            or a SQLite path whose folder is missing or that is a folder. The message shows the
+            URL without its password.
     """
-    import optuna
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     path = _sqlite_path(url)
-    engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
         raise StorageError(
             f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db"
@@ -199,17 +207,72 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
             raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
         if path.is_dir():
             raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
-        if create and not path.parent.exists():
-            if path.parent != Path("studies"):
-                raise StorageError(f"storage {url!r}: folder {str(path.parent)!r} does not exist; create it first")
-            path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.parent.is_dir():
+        if create and not path.parent.exists() and path.parent != Path("studies"):
+            raise StorageError(f"storage {url!r}: folder {str(path.parent)!r} does not exist; create it first")
+        if path.parent.exists() and not path.parent.is_dir():
             raise StorageError(f"storage {url!r}: {str(path.parent)!r} is not a folder")
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    elif "://" not in url:
+    masked = mask_url(url)
+    try:
+        parsed = make_url(url) if "://" in url else None
+    except ArgumentError:
+        parsed = None
+    if parsed is None:
         raise StorageError(
-            f"storage {url!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db"
+            f"storage {masked!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db"
         )
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        backend, _, driver = parsed.drivername.partition("+")
+        raise StorageError(f"storage {masked!r}: {_unknown_scheme(backend, driver)}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        extra = (
+            '; for PostgreSQL: pip install -e ".[postgres]" and write postgresql+psycopg://'
+            if parsed.get_backend_name() == "postgresql"
+            else ""
+        )
+        raise StorageError(f"storage {masked!r} needs a database driver that is not installed ({e}){extra}") from None
+
+
+def _unknown_scheme(backend: str, driver: str) -> str:
+    """What to write instead of a URL scheme SQLAlchemy cannot load (``backend`` or ``backend+driver``)."""
+    import difflib
+
+    import sqlalchemy.dialects
+
+    known = list(sqlalchemy.dialects.__all__)
+    if backend in known:  # the database is known, the driver is not
+        return f"SQLAlchemy has no driver {driver!r} for {backend}; write {backend}:// (its default driver) or name an installed one"
+    if backend.startswith("postgres"):
+        return f"SQLAlchemy has no URL scheme {backend!r}; write {_POSTGRES_SCHEMES}"
+    close = difflib.get_close_matches(backend, known, n=1)
+    hint = f"did you mean {close[0]}://?" if close else f"use one of {[f'{k}://' for k in known]}"
+    return f"SQLAlchemy has no URL scheme {backend!r}; {hint}"
+
+
+def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
+    """An Optuna RDB storage for ``url``.
+
+    SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
+    (any other folder must exist). Calls ride out a database that is briefly unreachable
+    (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
+    silent for the grace period is failed as stale and retried once (processes that run trials).
+
+    Raises:
+        StorageError: As :func:`check_storage_url`, or an unreachable server. The message shows
+            the URL without its password.
+    """
+    import optuna
+
+    check_storage_url(url, create=create)
+    path = _sqlite_path(url)
+    engine_kwargs: dict[str, Any] = {}
+    if path is not None:
+        if create and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs = {"connect_args": {"timeout": 60}}
     import warnings
 
     masked = mask_url(url)

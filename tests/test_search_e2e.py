@@ -466,7 +466,7 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         (["search", MODELS / "no_module.py"], "defines no LightningModule subclass"),
         (["search", MODELS / "two_modules.py"], "several LightningModule classes ['First', 'Second']; choose one with --model"),
         (["search", MODELS / "tiny.py", "--trials", 0], "--trials must be >= 1"),
-        (["search", MODELS / "tiny.py", "--storage", "nosuchdb://x/y"], "cannot open storage 'nosuchdb://x/y'"),
+        (["search", MODELS / "tiny.py", "--storage", "nosuchdb://x/y"], "storage 'nosuchdb://x/y': SQLAlchemy has no URL scheme 'nosuchdb'"),
         (["search", MODELS / "tiny.py", "--space", "bad_space.yaml"], "bad_space.yaml: unknown knob 'batchsize'"),
         (["search", MODELS / "tiny.py", "--loss-tolerance", 2], "--loss-tolerance must be in [0, 1)"),
         (["dashboard", "studies/none.db"], "study database 'studies/none.db' does not exist"),

@@ -68,3 +68,29 @@ def test_an_outage_longer_than_the_retry_window_raises(tmp_path, monkeypatch):
         storage.get_all_studies()
     assert is_transient(info.value)
     assert not is_transient(ValueError("x"))
+
+
+@pytest.mark.parametrize("url, message", [
+    ("postgres://me:secret@db-host/autotune", "storage 'postgres://me:***@db-host/autotune': SQLAlchemy has no URL scheme 'postgres'; "
+     "write postgresql:// (or postgresql+psycopg://)"),
+    ("sqlit:///studies/x.db", "SQLAlchemy has no URL scheme 'sqlit'; did you mean sqlite://?"),
+    ("mongodb://host/db", "SQLAlchemy has no URL scheme 'mongodb'; use one of ["),
+    ("postgresql+nosuchdriver://host/db", "SQLAlchemy has no driver 'nosuchdriver' for postgresql"),
+    ("studies/x.db", "is not a database URL; use e.g. sqlite:///studies/NAME.db"),
+])
+def test_a_bad_storage_url_says_what_to_write(url, message):
+    from autotune.errors import StorageError
+    from autotune.storage import check_storage_url
+
+    with pytest.raises(StorageError) as caught:
+        check_storage_url(url)
+    assert message in str(caught.value) and "secret" not in str(caught.value)
+
+
+def test_checking_a_storage_url_creates_nothing(tmp_path, monkeypatch):
+    from autotune.storage import check_storage_url
+
+    monkeypatch.chdir(tmp_path)
+    check_storage_url(f"sqlite:///{tmp_path / 'new.db'}")
+    check_storage_url("sqlite:///studies/new.db")  # open_storage would create the default folder
+    assert list(tmp_path.iterdir()) == []

@@ -23,7 +23,7 @@ from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
 from autotune.objective import directions
 from autotune.samplers import grid_size, make_sampler
 from autotune.space import params_of
-from autotune.storage import _sqlite_path, mask_url, open_storage
+from autotune.storage import _sqlite_path, check_storage_url, mask_url, open_storage
 from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
@@ -100,6 +100,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         check_out_path(Path(opts.out))
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
+    check_storage_url(storage_url)  # before the model is inspected
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
