@@ -42,11 +42,11 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     from autotune.knob_targets import KnobTarget, init_params, locate_knobs
     from autotune.lightning_cli import build_spec, load_spec
 
-    hardware = probe_hardware()
     model_cls, data_cls, user_config, cli = load_spec(spec)
     _check_untyped_arguments(model_cls, data_cls, user_config.get("document") or {})
     with tempfile.TemporaryDirectory(prefix="autotune-inspect-") as work_dir:
-        built = build_spec(spec, model_cls, data_cls, user_config, cli, {}, work_dir)
+        built = build_spec(spec, model_cls, data_cls, user_config, cli, {}, work_dir)  # parses --config first
+    hardware = probe_hardware()  # after the config's refusal, if any: CUDA's start-up takes seconds
     model, datamodule = built.model, built.datamodule
     targets = locate_knobs(model_cls, data_cls, model, datamodule)
     optimizer = built.config.get("optimizer")

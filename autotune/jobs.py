@@ -9,13 +9,14 @@ still shared: such trials are flagged ``shared_host`` on the study.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import UsageError
 from autotune.hardware import Hardware
 
-__all__ = ["Slot", "SlotPools", "plan_slots"]
+__all__ = ["ENV_OVERSUBSCRIBE", "Slot", "SlotPools", "machine_slots", "oversubscribe", "plan_slots", "usable_cpus"]
 
 
 @dataclass(frozen=True)
@@ -39,24 +40,51 @@ def _span(values: list[int]) -> str:
     )
 
 
-def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> list[Slot]:
+#: Environment variable that lets a CPU machine run more trial processes than it has cores
+#: (``--jobs`` x ``--devices``): ``1`` runs them anyway, sharing cores (their figures then measure the sharing).
+ENV_OVERSUBSCRIBE = "AUTOTUNE_OVERSUBSCRIBE"
+
+
+def oversubscribe() -> bool:
+    """Whether ``$AUTOTUNE_OVERSUBSCRIBE`` is set (to anything but ``""`` or ``0``)."""
+    return os.environ.get(ENV_OVERSUBSCRIBE, "") not in ("", "0")
+
+
+def usable_cpus() -> list[int]:
+    """The CPU cores this process may run on (``os.sched_getaffinity``; every core where that is missing)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int], oversubscribe: bool = False) -> list[Slot]:
     """Split the machine into ``jobs`` disjoint slots (pure).
+
+    One rule for ``--jobs`` and ``--devices``: the ``jobs * devices`` processes that run at once need
+    a device each, a GPU on a GPU machine, a core on a CPU-only one (a trial's DataLoader workers are
+    not counted: they wait on I/O as often as they compute).
 
     Args:
         hardware: The machine.
         devices: Devices per trial (>= 1).
         jobs: Trials at once (>= 1).
-        cpus: The CPU cores this process may use (``sorted(os.sched_getaffinity(0))``).
+        cpus: The CPU cores this process may use (:func:`usable_cpus`).
+        oversubscribe: On CPU, allow more processes than cores (:data:`ENV_OVERSUBSCRIBE`): the
+            slots then share cores, each taking ``max(1, len(cpus) // jobs)`` of them in turn.
 
     Returns:
         ``jobs`` slots. With one job, the slot has the whole machine and no restriction.
 
     Raises:
         UsageError: ``jobs < 1``; more jobs than GPU groups (``device_count // devices``); or, on
-            CPU, more jobs than cores (each job needs a core per device).
+            CPU without ``oversubscribe``, ``jobs * devices`` above the number of cores.
     """
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if hardware.accelerator != "gpu" and jobs * devices > len(cpus) and not oversubscribe:
+        fix = "lower --jobs or --devices" if jobs > 1 else f"give --devices {len(cpus)} or fewer"
+        raise UsageError(
+            f"--jobs {jobs} with --devices {devices} needs {jobs * devices} CPU cores (one per trial process); this process may "
+            f"use {len(cpus)}: {fix}, or set {ENV_OVERSUBSCRIBE}=1 to run them on shared cores"
+        )
     if jobs == 1:
         return [Slot(0, {}, "one job: the whole machine")]
     slots = []
@@ -73,13 +101,20 @@ def plan_slots(hardware: Hardware, devices: int, jobs: int, cpus: list[int]) -> 
             env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "AUTOTUNE_CPUS": ",".join(map(str, mine))}
             slots.append(Slot(j, env, f"job {j}: GPUs {_span(gpus)}, cores {_span(mine)}"))
         return slots
-    cores_each = len(cpus) // jobs
-    if cores_each < devices:
-        raise UsageError(f"--jobs {jobs} with --devices {devices} needs {jobs * devices} CPU cores; this process may use {len(cpus)}")
+    cores_each = max(1, len(cpus) // jobs)
     for j in range(jobs):
-        mine = cpus[j * cores_each : (j + 1) * cores_each]
+        mine = sorted({cpus[(j * cores_each + i) % len(cpus)] for i in range(cores_each)})
         slots.append(Slot(j, {"AUTOTUNE_CPUS": ",".join(map(str, mine))}, f"job {j}: cores {_span(mine)}"))
     return slots
+
+
+def machine_slots(hardware: Hardware, devices: int, jobs: int) -> list[Slot]:
+    """:func:`plan_slots` for this process's cores and ``$AUTOTUNE_OVERSUBSCRIBE``.
+
+    Raises:
+        UsageError: As :func:`plan_slots`.
+    """
+    return plan_slots(hardware, devices, jobs, usable_cpus(), oversubscribe())
 
 
 class SlotPools:

@@ -515,6 +515,43 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
     assert not list(tmp_path.glob("studies/*.db"))  # nothing created for bad input
 
 
+CORES = len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("args, message, before_inspection", [
+    (["--jobs", 0], "--jobs must be >= 1 (trials at once), got 0", True),
+    (["--jobs", CORES + 1], f"--jobs {CORES + 1} with --devices 1 needs {CORES + 1} CPU cores (one per trial process); this process may "
+     f"use {CORES}: lower --jobs or --devices, or set AUTOTUNE_OVERSUBSCRIBE=1", False),
+    (["--devices", CORES + 1], f"--jobs 1 with --devices {CORES + 1} needs {CORES + 1} CPU cores (one per trial process); this process "
+     f"may use {CORES}: give --devices {CORES} or fewer, or set AUTOTUNE_OVERSUBSCRIBE=1", False),
+    (["--seed", 2**32], "--seed must be in 0..4294967295 (the seeds NumPy and Lightning accept), got 4294967296", True),
+    (["--seed", -1], "--seed must be in 0..4294967295", True),
+    (["--config", "trainer_typo.yaml"], "LightningCLI refused the config: Group 'trainer' does not accept option 'max_epochz'", False),
+    (["--storage", "postgres://me:secret@db-host/autotune"], "SQLAlchemy has no URL scheme 'postgres'; write postgresql:// (or postgresql+psycopg://)", True),
+], ids=["jobs-0", "jobs-above-cores", "devices-above-cores", "seed-2**32", "seed-negative", "config-trainer-key", "storage-postgres"])
+def test_refused_input_leaves_no_study(tmp_path, cli, args, message, before_inspection):
+    """Issue 16: every check that can run before the study is created does, so a refusal leaves no study
+    (no database row, not even a waiting baseline) in the storage."""
+    (tmp_path / "trainer_typo.yaml").write_text("trainer:\n  max_epochz: 3\n")
+    db = tmp_path / "s.db"
+    storage = [] if "--storage" in args else ["--storage", f"sqlite:///{db}"]
+    r = cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, *storage, *args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "secret" not in r.stderr
+    assert "created study" not in r.stdout
+    assert not db.exists() or optuna.get_all_study_names(f"sqlite:///{db}") == []
+    assert ("inspecting" not in r.stdout) == before_inspection  # the rest need the inspected machine or classes
+
+
+def test_oversubscribing_the_cores_is_allowed_with_the_variable(tmp_path, cli):
+    db = tmp_path / "o.db"
+    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--devices", CORES + 1, "--storage", f"sqlite:///{db}",
+            env={"AUTOTUNE_OVERSUBSCRIBE": "1"}, check_rc=0)
+    assert f"runs {CORES + 1} processes on {CORES} CPU core(s) ($AUTOTUNE_OVERSUBSCRIBE)" in r.stdout + r.stderr
+    (baseline,) = load(db, "tiny").trials
+    assert baseline.state.name == "COMPLETE" and baseline.user_attrs["config"]["devices"] == CORES + 1
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("AUTOTUNE_CONFIRM", "abc", "$AUTOTUNE_CONFIRM='abc' must be an integer >= 0"),
     ("AUTOTUNE_PRUNER", "xyz", "$AUTOTUNE_PRUNER='xyz' must be one of ['median', 'percentile', 'none']"),

@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Largest ``--seed``: NumPy's (and so Lightning's ``seed_everything``) seeds are 32-bit unsigned.
+MAX_SEED = 2**32 - 1
+
+
 def option_defaults() -> dict[str, Any]:
     """Each :class:`SearchOptions` field's default (``None``: the study's value, else :data:`DEFAULTS`)."""
     return {f.name: f.default for f in dataclasses.fields(SearchOptions) if f.default is not dataclasses.MISSING}
@@ -101,7 +105,8 @@ def check_search_options(opts: SearchOptions) -> None:
 
     Raises:
         UsageError: ``--trials`` < 1, ``--samples`` < 1, ``--trial-timeout`` <= 0, ``--devices`` < 1,
-            an unknown ``--objective`` or ``--mode``, or ``--loss-tolerance`` outside ``[0, 1)``.
+            ``--jobs`` < 1, ``--seed`` outside ``0..2**32 - 1``, an unknown ``--objective`` or ``--mode``,
+            ``--loss-tolerance`` outside ``[0, 1)``, and the other flags' ranges and choices.
     """
 
     if opts.trials < 1:
@@ -114,6 +119,10 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"--devices must be >= 1, got {opts.devices}")
     if opts.num_nodes is not None and opts.num_nodes < 1:
         raise UsageError(f"--num-nodes must be >= 1, got {opts.num_nodes}")
+    if opts.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1 (trials at once), got {opts.jobs}")
+    if opts.seed is not None and not 0 <= opts.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED} (the seeds NumPy and Lightning accept), got {opts.seed}")
 
     if opts.memory_limit is not None and not opts.memory_limit > 0:
         raise UsageError(f"--memory-limit must be > 0 GiB, got {opts.memory_limit}")

@@ -18,7 +18,7 @@ import optuna
 from autotune.config import TrialConfig
 from autotune.errors import BaselineFailedError, Interrupted
 from autotune.hardware import Hardware
-from autotune.jobs import SlotPools, plan_slots
+from autotune.jobs import SlotPools, machine_slots
 from autotune.objective import monitor_note
 from autotune.optuna_compat import claim_waiting
 from autotune.pruning import make_pruner
@@ -33,9 +33,8 @@ from autotune.ui import UI
 
 
 def _plan_slots(settings: StudySettings, jobs: int):
-
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    return plan_slots(Hardware.from_dict(settings.hardware), int(settings.devices), jobs, cpus)
+    """The study's slots on this machine (:func:`autotune.jobs.machine_slots`)."""
+    return machine_slots(Hardware.from_dict(settings.hardware), int(settings.devices), jobs)
 
 
 def _claim(study, baseline_only: bool):

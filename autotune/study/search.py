@@ -18,6 +18,8 @@ import yaml
 from autotune.config import TrialConfig
 from autotune.errors import StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
+from autotune.hardware import Hardware
+from autotune.jobs import machine_slots
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
 from autotune.objective import directions
@@ -236,13 +238,15 @@ def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, le
 
 
 def _check_run_inputs(opts: SearchOptions, settings: StudySettings, new_study: bool = False) -> list[tuple[dict, dict]]:
-    """Check what needs the study's space (``--sampler grid``, ``--enqueue``) before the study is
-    created or changed. Returns the ``--enqueue`` seeds.
+    """Check what needs the study's settings (``--sampler grid``, ``--enqueue``, ``--jobs`` with the
+    study's devices) before the study is created or changed. Returns the ``--enqueue`` seeds.
 
     Raises:
-        UsageError: As :func:`autotune.samplers.make_sampler` and :func:`_seeds`.
+        UsageError: As :func:`autotune.samplers.make_sampler`, :func:`autotune.jobs.machine_slots`
+            and :func:`_seeds`.
     """
 
+    machine_slots(Hardware.from_dict(settings.hardware), int(settings.devices), opts.jobs)
     make_sampler(opts.sampler or "tpe", settings.space, int(settings.seed))
     seeds = _seeds(opts.enqueue or [], settings)
     if new_study and len(seeds) > opts.trials - 1:
@@ -376,6 +380,8 @@ def run_worker(
 
     if timeout is not None and not timeout > 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1 (trials at once), got {jobs}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings = load_study(study_name, storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))

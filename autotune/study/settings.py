@@ -15,6 +15,9 @@ from autotune import __version__
 from autotune.config import TrialConfig
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 from autotune.hardware import Hardware, unsupported_precisions
+from autotune.jobs import ENV_OVERSUBSCRIBE, machine_slots, usable_cpus
+from autotune.lightning_cli import find_cli_class
+from autotune.loader import read_user_config
 from autotune.runner import inspect_process
 from autotune.space import (
     EXTENDED_KNOBS,
@@ -277,6 +280,10 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     config_file = str(Path(opts.config_file).resolve()) if opts.config_file else None
     if config_file and not Path(config_file).is_file():
         raise UsageError(f"config file {opts.config_file!r} does not exist")
+    if config_file:
+        # its YAML, sections and top-level keys, before the slow inspection (whose LightningCLI parser
+        # then checks every key against the classes, right after importing the model file)
+        read_user_config(config_file, strict=find_cli_class(model_file) is None)
     ui.info(f"inspecting {model_file.name} in a trial process ...")
     report = inspect_process(
         {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file}
@@ -332,18 +339,26 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
 
 
 def _trial_devices(opts: SearchOptions, hardware: Hardware, ui: UI) -> int:
-    """Devices per node of every trial: ``--devices``, else every GPU (one device on a CPU machine).
+    """Devices per node of every trial: ``--devices``, else every GPU (one device on a CPU machine),
+    checked with ``--jobs`` against the machine (:func:`autotune.jobs.machine_slots`: ``jobs x devices``
+    processes need as many GPUs, or on a CPU-only machine as many cores unless ``$AUTOTUNE_OVERSUBSCRIBE``).
 
     Raises:
-        UsageError: Fewer than one device, or more GPUs than this machine has.
+        UsageError: Fewer than one device, more GPUs than this machine has, or more processes than
+            it runs at once.
     """
     devices = opts.devices if opts.devices is not None else (hardware.device_count if hardware.accelerator == "gpu" else 1)
     if devices < 1:
         raise UsageError(f"--devices must be >= 1, got {devices}")
     if hardware.accelerator == "gpu" and devices > hardware.device_count:
         raise UsageError(f"--devices {devices}: this machine has {hardware.device_count} GPU(s)")
-    if hardware.accelerator == "cpu" and devices > hardware.cpu_count:
-        ui.warn(f"--devices {devices} runs {devices} processes on {hardware.cpu_count} CPU core(s): they will contend")
+    machine_slots(hardware, devices, opts.jobs)
+    cores = len(usable_cpus())
+    if hardware.accelerator == "cpu" and devices * opts.jobs > cores:  # allowed by $AUTOTUNE_OVERSUBSCRIBE
+        ui.warn(
+            f"--jobs {opts.jobs} with --devices {devices} runs {devices * opts.jobs} processes on {cores} CPU core(s) "
+            f"(${ENV_OVERSUBSCRIBE}): they contend, and their figures measure that"
+        )
     return devices
 
 
