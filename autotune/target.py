@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
         payload = {"ok": True, **inspect_model(spec)}
         code = 0
-    except UsageError as e:
-        payload, code = {"ok": False, "usage": True, "message": str(e)}, 2
+    except UsageError as e:  # one line for the user; the traceback (the user's frames) for --debug
+        payload, code = {"ok": False, "usage": True, "message": str(e), "traceback": traceback.format_exc()}, 2
     except Exception as e:
         traceback.print_exc()
         payload, code = {"ok": False, "usage": False, "message": f"{type(e).__name__}: {e}"}, 1
