@@ -23,7 +23,7 @@ from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
 from autotune.objective import directions
 from autotune.samplers import grid_size, make_sampler
 from autotune.space import params_of
-from autotune.storage import _sqlite_path, mask_url, open_storage
+from autotune.storage import _sqlite_path, check_writable, mask_url, open_storage
 from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
@@ -100,6 +100,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         check_out_path(Path(opts.out))
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
+    check_writable(storage_url)  # before the model inspection: a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
@@ -368,7 +369,7 @@ def run_worker(
     path on this machine as where the study was created (a shared file system or the same checkout).
 
     Raises:
-        StorageError: The storage or study cannot be opened.
+        StorageError: The storage or study cannot be opened, or a SQLite database is not writable.
         BaselineFailedError: The baseline trial failed.
         Interrupted: Ctrl-C.
     """
@@ -377,6 +378,7 @@ def run_worker(
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings = load_study(study_name, storage_url)
+    check_writable(storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
