@@ -249,6 +249,8 @@ def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_
 
 
 _RAISES_IN_INIT = """
+import os
+
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -271,6 +273,10 @@ class Net(pl.LightningModule):
         self.layer = torch.nn.Linear(4, 1)
         if fail == "model":
             raise RuntimeError("no weights file found")
+        if os.environ.get("RAISES_IN_TRIAL") == "oom":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if os.environ.get("RAISES_IN_TRIAL") == "error":
+            raise KeyError("vocab")
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -313,3 +319,21 @@ def test_the_cli_names_a_raising_constructor_in_one_line_and_shows_its_traceback
     assert r.returncode == 1, r.stderr  # the exception propagates
     assert f'File "{tmp_path / "raises.py"}", line {line}, in __init__' in r.stderr  # the user's frame, from the inspection process
     assert "RuntimeError: no weights file found" in r.stderr
+
+
+def test_a_constructor_that_raises_in_a_trial_fails_the_trial_classified_as_what_it_raised(tmp_path, monkeypatch):
+    from autotune.runner import inspect_process, run_trial_process
+
+    (tmp_path / "raises.py").write_text(_RAISES_IN_INIT)
+    (tmp_path / "ok.yaml").write_text("model:\n  fail: ''\n")
+    spec = {"model_file": str(tmp_path / "raises.py"), "config_file": str(tmp_path / "ok.yaml")}
+    report = inspect_process(spec)
+    spec = {**spec, "targets": report["targets"], "user_config": report["user_config"], "cli": report["cli"], "samples": 64, "seed": 0,
+            "config": {"batch_size": 8, "lr": 0.05}}
+    monkeypatch.setenv("RAISES_IN_TRIAL", "oom")
+    outcome = run_trial_process(spec, timeout=120, trial_number=1, expected_ranks=1, devices=1)
+    assert (outcome.fail_kind, outcome.fail_reason) == ("oom", "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setenv("RAISES_IN_TRIAL", "error")
+    outcome = run_trial_process(spec, timeout=120, trial_number=2, expected_ranks=1, devices=1)
+    line = _RAISES_IN_INIT.splitlines().index('            raise KeyError("vocab")') + 1
+    assert (outcome.fail_kind, outcome.fail_reason) == ("exception", f"exception in user code: KeyError: 'vocab' at raises.py:{line}")
