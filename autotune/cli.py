@@ -380,6 +380,12 @@ def _stacks_on_sigusr1() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
+def _print_detail(error: AutotuneError) -> None:
+    """``--debug``: the traceback of the child process an error came from, before this process's own."""
+    if error.detail:
+        print(f"in the child process:\n{error.detail.rstrip()}\n", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted."""
     parser = build_parser()
@@ -400,11 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except UsageError as e:
         if args.debug:
+            _print_detail(e)
             raise
         print(f"autotune: error: {e}", file=sys.stderr)
         return 2
     except AutotuneError as e:
         if args.debug:
+            _print_detail(e)
             raise
         print(f"autotune: error: {e}", file=sys.stderr)
         return 1

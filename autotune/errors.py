@@ -24,7 +24,14 @@ __all__ = [
 
 
 class AutotuneError(Exception):
-    """Root of every exception autotune raises on purpose."""
+    """Root of every exception autotune raises on purpose.
+
+    Attributes:
+        detail: What ``--debug`` prints besides this process's traceback: the traceback of the
+            child process the error came from (the model inspection), or ``None``.
+    """
+
+    detail: str | None = None
 
 
 class UsageError(AutotuneError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import ModelFileError, UsageError
 
 __all__ = ["Built", "CliClass", "build", "build_spec", "cli_overrides", "find_cli_class", "load_cli_class", "load_spec", "set_dotted"]
 
@@ -211,6 +211,9 @@ def build(
         work_dir: A folder for the config file handed to the parser.
 
     Raises:
+        ModelFileError: The user's code raised while the objects were built (a constructor of the
+            module or datamodule, a hook of the user's CLI): ``file:line: Class.__init__ raised ...``
+            (the innermost frame of the user's code), from the exception.
         UsageError: The parser refused the config or an override (its message, one line).
     """
     args: list[str] = []
@@ -248,6 +251,13 @@ def build(
     except SystemExit as e:  # a parser that exits despite exit_on_error
         raise UsageError(f"LightningCLI refused the config (exit code {e.code}); run your own CLI with it to see why") from None
     except Exception as e:
+        from autotune.loader import user_frame
+
+        where = user_frame(e)
+        if where is not None:  # the user's code raised (a constructor, the CLI's own hooks): not a config problem
+            file, line, function = where
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ModelFileError(f"{file}:{line}: {function} raised {type(e).__name__}{': ' + first if first else ''}") from e
         if type(e).__name__ in ("ArgumentError", "NSKeyError", "ValueError", "TypeError"):
             # jsonargparse's message on one line: the key and its first reason (a union type lists every
             # type it tried, which says no more)

@@ -28,6 +28,7 @@ __all__ = [
     "lightning_package",
     "load_user_module",
     "read_user_config",
+    "user_frame",
 ]
 
 
@@ -100,6 +101,33 @@ def _user_line(error: BaseException, path: Path) -> str:
         if Path(frame.filename).resolve() == path:
             return f":{frame.lineno}"
     return ""
+
+
+def user_frame(error: BaseException) -> tuple[str, int, str] | None:
+    """Where the user's code raised ``error``: the innermost frame of its traceback outside the
+    standard library, installed packages (site-packages) and autotune.
+
+    Returns:
+        ``(file, line, function)`` (the function's qualified name, ``Class.__init__``, on Python
+        3.11+), or ``None`` when no frame of the traceback is the user's (a library's own error,
+        such as LightningCLI refusing a config value).
+    """
+    import sysconfig
+    import traceback
+
+    libraries = {Path(__file__).resolve().parent}  # autotune itself
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if sysconfig.get_paths().get(key):
+            libraries.add(Path(sysconfig.get_paths()[key]).resolve())
+    for frame, lineno in reversed(list(traceback.walk_tb(error.__traceback__))):
+        filename = frame.f_code.co_filename
+        if filename.startswith("<") or "site-packages" in filename or "dist-packages" in filename:
+            continue
+        path = Path(filename).resolve()
+        if any(path.is_relative_to(folder) for folder in libraries):
+            continue
+        return filename, lineno, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+    return None
 
 
 def _lightning_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:

@@ -11,14 +11,18 @@ so measuring costs a few norms on about 16 optimizer steps spread over the run:
 - ``consecutive_steps`` (otherwise): two consecutive optimizer steps' gradients against their mean
   (which assumes the true gradient barely moves in one step).
 
-Manual optimization measures nothing (no hook sees the combined gradient). Gradients scaled by a
-16-bit AMP ``GradScaler`` are unscaled first. torch is imported lazily, when training starts.
+Manual optimization measures nothing (no hook sees the combined gradient). A step without
+gradients (a ``training_step`` that returned ``None``: Lightning skips its backward pass) is not
+measured: the measurement moves to the next step that has them, and a run none of whose steps had
+any reports no noise (``None``). Gradients scaled by a 16-bit AMP ``GradScaler`` are unscaled
+first. torch is imported lazily, when training starts.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.noise import mean_terms, noise_terms
@@ -57,10 +61,11 @@ class GradientNoiseProbe:
         self.world_size = 1
         self._steps = 0  # optimizer steps so far
         self._terms: list[tuple[Any, Any]] = []  # (grad_sq, trace) per measurement, 0-d tensors
-        self._pair: list[Any] | None = None  # consecutive_steps: the first step's gradients
+        self._pair: _Grads | None = None  # consecutive_steps: the first step's gradients
         self._pair_sq: Any = None
+        self._deferred = False  # consecutive_steps: a measured step had no gradients; measure the next
         self._micro_sq: list[Any] = []  # micro_batches: each micro-batch's squared norm
-        self._micro_prev: list[Any] | None = None
+        self._micro_prev: _Grads | None = None
         self._local_sq: Any = None  # ddp_ranks: this rank's squared norm before the all-reduce
 
     def attach(self, trainer: Any, world_size: int) -> None:
@@ -103,9 +108,13 @@ class GradientNoiseProbe:
             return
         current = _grads(pl_module)  # the sum over micro-batches so far, each scaled by 1/accumulate
         factor = self.accumulate / _amp_scale(trainer)
-        micro = current if self._micro_prev is None else torch._foreach_sub(current, self._micro_prev)
-        self._micro_sq.append(_sq(micro) * factor**2)
-        self._micro_prev = [g.clone() for g in current]
+        if self._micro_prev is not None and self._micro_prev.params != current.params:
+            # a parameter got its first gradient in this micro-batch: its own gradient is not the difference
+            self._micro_sq.append(torch.tensor(math.nan))  # (report() drops the measurement)
+        else:
+            micro = current.tensors if self._micro_prev is None else torch._foreach_sub(current.tensors, self._micro_prev.tensors)
+            self._micro_sq.append(_sq(micro) * factor**2)
+        self._micro_prev = current.clone()
 
     def before_optimizer_step(self, trainer: Any, pl_module: Any) -> None:
         """Add a measurement when this step completes one, then count the step."""
@@ -123,28 +132,32 @@ class GradientNoiseProbe:
     def _consecutive_steps(self, pl_module: Any) -> None:
         import torch
 
-        if self._pair is None and not self.measuring():
+        if self._pair is None and not (self.measuring() or self._deferred):
             return  # most steps: nothing to read
         grads = _grads(pl_module)
-        if self._pair is not None:  # the second step of a pair: two batches against their mean
-            sq_small = (self._pair_sq + _sq(grads)) / 2
-            sq_big = _sq(torch._foreach_add(self._pair, grads)) / 4
+        if not grads.tensors:  # no backward pass (training_step returned None): measure the next step
+            self._deferred = self._pair is None
+            return
+        self._deferred = False
+        if self._pair is not None and self._pair.params == grads.params:  # the second step of a pair: two batches against their mean
+            sq_small = (self._pair_sq + _sq(grads.tensors)) / 2
+            sq_big = _sq(torch._foreach_add(self._pair.tensors, grads.tensors)) / 4
             self._terms.append(noise_terms(sq_small, self.batch_size, sq_big, 2 * self.batch_size))
             self._pair = None
-        else:
-            self._pair = [g.clone() for g in grads]
-            self._pair_sq = _sq(self._pair)
+        else:  # the first step of a pair (or other parameters had gradients than in the first: start again)
+            self._pair = grads.clone()
+            self._pair_sq = _sq(self._pair.tensors)
 
     def _micro_batches(self, pl_module: Any) -> None:
         import torch
 
         sq_small: Any = torch.stack(self._micro_sq).mean()  # a 0-d tensor, like the other estimators' terms
-        self._terms.append(noise_terms(sq_small, self.batch_size, _sq(_grads(pl_module)), self.batch_size * self.accumulate))
+        self._terms.append(noise_terms(sq_small, self.batch_size, _sq(_grads(pl_module).tensors), self.batch_size * self.accumulate))
 
     def _ddp_ranks(self, trainer: Any, pl_module: Any) -> None:
         per_rank = self.batch_size * self.accumulate
         sq_small = self._local_sq / _amp_scale(trainer) ** 2
-        self._terms.append(noise_terms(sq_small, per_rank, _sq(_grads(pl_module)), per_rank * self.world_size))
+        self._terms.append(noise_terms(sq_small, per_rank, _sq(_grads(pl_module).tensors), per_rank * self.world_size))
 
     def report(self) -> NoiseReport | None:
         """Step-averaged ``grad_sq`` and ``trace`` of the finite measurements, or ``None`` when there are none."""
@@ -156,8 +169,21 @@ class GradientNoiseProbe:
         return {"grad_sq": grad_sq, "trace": trace, "measurements": len(pairs), "method": self.method or ""}
 
 
-def _grads(pl_module: Any) -> list[Any]:
-    return [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
+@dataclass(frozen=True)
+class _Grads:
+    """The gradients of a step: ``params`` are the indices (in ``parameters()``) of the parameters
+    that have one, ``tensors`` their gradients (empty after a step with no backward pass)."""
+
+    params: tuple[int, ...]
+    tensors: list[Any]
+
+    def clone(self) -> _Grads:
+        return _Grads(self.params, [g.clone() for g in self.tensors])
+
+
+def _grads(pl_module: Any) -> _Grads:
+    found = [(i, p.grad.detach()) for i, p in enumerate(pl_module.parameters()) if p.grad is not None]
+    return _Grads(tuple(i for i, _ in found), [g for _, g in found])
 
 
 def _sq(tensors: Sequence[Any]) -> Any:

@@ -308,6 +308,8 @@ def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str
             raise AutotuneError(f"inspecting the model failed (exit code {returncode}); log:\n{_tail(log_path)}") from None
         if not report.get("ok"):
             if report.get("usage"):
-                raise UsageError(report["message"])
+                error = UsageError(report["message"])
+                error.detail = report.get("traceback")  # printed with --debug
+                raise error
             raise AutotuneError(f"inspecting the model failed: {report['message']}\n{_tail(log_path)}")
         return report

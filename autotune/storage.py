@@ -30,7 +30,7 @@ import optuna
 
 from autotune.errors import StorageError
 
-__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "check_storage_url", "is_transient", "mask_url", "open_storage"]
+__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "check_storage_url", "check_writable", "is_transient", "mask_url", "open_storage"]
 
 #: Seconds between a running trial's heartbeats, and after which a silent trial is stale
 #: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
@@ -55,11 +55,17 @@ _NOT_RETRIED = {
 
 
 def is_transient(error: BaseException | None) -> bool:
-    """Whether ``error`` (or what Optuna wrapped) is a lost or refused database connection, or a lock."""
+    """Whether ``error`` (or what Optuna wrapped) is a lost or refused database connection, or a lock.
+
+    A SQLite database that is read-only (``attempt to write a readonly database``) is not: waiting
+    does not make it writable.
+    """
     import sqlalchemy.exc as sa
 
     seen = 0
     while error is not None and seen < 5:
+        if "readonly database" in str(error):
+            return False
         if isinstance(error, (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError)):
             return True
         if isinstance(error, sa.DBAPIError) and error.connection_invalidated:
@@ -141,6 +147,36 @@ def _sqlite_path(url: str) -> Path | None:
     if url.startswith("sqlite:///"):
         return Path(url[len("sqlite:///") :])
     return None
+
+
+def check_writable(url: str) -> None:
+    """Check that this user can write a SQLite storage, before anything is measured.
+
+    SQLite writes the database file and, beside it, its journal: so the file (when it exists) and its
+    folder must be writable; for a new file, the nearest folder that exists (``studies/`` is created
+    in the current folder). Other storages are checked by their server when opened.
+
+    Raises:
+        StorageError: The file or the folder is not writable (the message names it and the fix).
+    """
+    path = _sqlite_path(url)
+    if path is None or str(path) in ("", ":memory:"):
+        return
+    masked = mask_url(url)
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise StorageError(
+            f"storage {masked!r}: the database file {str(path)!r} is not writable; make it writable (chmod u+w {path}) "
+            "or give --storage a copy you can write"
+        )
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        what = "writes its journal" if path.exists() else "creates the database"
+        raise StorageError(
+            f"storage {masked!r}: the folder {str(folder)!r} is not writable, and SQLite {what} there; "
+            f"make it writable (chmod u+w {folder}) or give --storage a database in a folder you can write"
+        )
 
 
 def mask_url(url: str) -> str:

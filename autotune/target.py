@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from autotune.config import TrialConfig
 from autotune.dataloaders import apply_loader_options
-from autotune.errors import UsageError
+from autotune.errors import ModelFileError, UsageError
 from autotune.knob_targets import KnobTarget, apply_attribute_knobs
 from autotune.trial_trainer import apply_channels_last, ddp_strategy, total_batches, trainer_kwargs, user_callbacks
 
@@ -122,7 +122,10 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         trainer.fit(model, datamodule=datamodule)
         return 0
     except BaseException as e:  # a failed trial is data: classify and store it
-        kind, message = ("usage", str(e)) if isinstance(e, UsageError) else classify_exception(e)
+        if isinstance(e, ModelFileError) and e.__cause__ is not None:
+            kind, message = classify_exception(e.__cause__)  # the user's code raised building the objects: an OOM is an OOM
+        else:
+            kind, message = ("usage", str(e)) if isinstance(e, UsageError) else classify_exception(e)
         result["error"] = {"kind": kind, "message": message}
         traceback.print_exc()
         write_rank_report(str(out_dir), result["rank"], result, overwrite=False)
@@ -147,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 
         payload = {"ok": True, **inspect_model(spec)}
         code = 0
-    except UsageError as e:
-        payload, code = {"ok": False, "usage": True, "message": str(e)}, 2
+    except UsageError as e:  # one line for the user; the traceback (the user's frames) for --debug
+        payload, code = {"ok": False, "usage": True, "message": str(e), "traceback": traceback.format_exc()}, 2
     except Exception as e:
         traceback.print_exc()
         payload, code = {"ok": False, "usage": False, "message": f"{type(e).__name__}: {e}"}, 1

@@ -220,6 +220,97 @@ def test_noise_probe_micro_batches_and_no_measurement_under_manual_optimization(
     assert manual.method is None and manual.report() is None
 
 
+def test_noise_probe_skips_steps_without_gradients_and_pairs_only_the_same_parameters():
+    probe = GradientNoiseProbe(batch_size=8, accumulate_grad_batches=1, total_batches=32)
+    probe.attach(_trainer(), world_size=1)
+    module = _Params()
+    for g in ([1.0, 0.0, 0.0], None, [1.0, 2.0, 2.0], None, [3.0, 0.0, 4.0]):
+        module.w.grad = None if g is None else torch.tensor(g)  # None: training_step returned None, no backward
+        probe.before_optimizer_step(None, module)
+    # step 2 (measured) opens a pair, the step without gradients waits, step 4 closes it
+    a, b = torch.tensor([1.0, 2.0, 2.0]), torch.tensor([3.0, 0.0, 4.0])
+    grad_sq, trace = noise_terms(float((a.square().sum() + b.square().sum()) / 2), 8, float((a + b).square().sum() / 4), 16)
+    report = probe.report()
+    assert report["measurements"] == 1 and report["grad_sq"] == pytest.approx(grad_sq) and report["trace"] == pytest.approx(trace)
+
+    deferred = GradientNoiseProbe(batch_size=8, accumulate_grad_batches=1, total_batches=32)
+    deferred.attach(_trainer(), world_size=1)
+    for g in ([1.0, 0.0, 0.0], [1.0, 1.0, 1.0], None, [1.0, 2.0, 2.0], [3.0, 0.0, 4.0]):
+        module.w.grad = None if g is None else torch.tensor(g)
+        deferred.before_optimizer_step(None, module)
+    # the measured step 2 had no gradients: steps 3 and 4 are measured instead
+    assert deferred.report()["grad_sq"] == pytest.approx(grad_sq)
+
+    two = torch.nn.Linear(2, 1)  # a pair whose second step has gradients for other parameters starts again
+    mixed = GradientNoiseProbe(batch_size=8, accumulate_grad_batches=1, total_batches=16)
+    mixed.attach(_trainer(), world_size=1)
+    for weight, bias in ((None, None), ([[1.0, 0.0]], [1.0]), (None, [2.0]), ([[0.0, 1.0]], None)):
+        two.weight.grad = None if weight is None else torch.tensor(weight)
+        two.bias.grad = None if bias is None else torch.tensor(bias)
+        mixed.before_optimizer_step(None, two)
+    assert mixed.report() is None  # no two consecutive steps had gradients for the same parameters
+
+    never = GradientNoiseProbe(batch_size=8, accumulate_grad_batches=1, total_batches=8)
+    never.attach(_trainer(), world_size=1)
+    module.w.grad = None
+    for _ in range(8):  # every training_step returned None
+        never.before_optimizer_step(None, module)
+    assert never.method == "consecutive_steps" and never.report() is None
+
+
+def test_noise_probe_drops_a_micro_batch_measurement_when_a_parameter_first_gets_a_gradient():
+    probe = GradientNoiseProbe(batch_size=4, accumulate_grad_batches=2, total_batches=4)
+    trainer = _trainer()
+    probe.attach(trainer, world_size=1)
+    two = torch.nn.Linear(2, 1)
+    probe.before_optimizer_step(trainer, two)  # step 0: not measured
+    two.weight.grad, two.bias.grad = torch.tensor([[1.0, 0.0]]), None
+    probe.after_backward(trainer, two)
+    two.bias.grad = torch.tensor([1.0])  # the second micro-batch reaches the bias too
+    probe.after_backward(trainer, two)
+    probe.before_optimizer_step(trainer, two)
+    assert probe.report() is None
+
+
+def _skipping_fit(tmp_path, skip):
+    """A short real fit whose ``training_step`` returns None on the batches ``skip`` picks; the rank report."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Skipping(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            return None if skip(batch_idx) else loss  # None: Lightning skips this batch's backward and step
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    tmp_path.mkdir()
+    data = TensorDataset(torch.randn(512, 4), torch.randn(512, 1))
+    callback = measure_callback_class(pl)(batch_size=8, num_workers=0, total_batches=40, accumulate_grad_batches=1,
+                                          out_dir=str(tmp_path), static={"config": {"precision": "32-true"}})
+    trainer = pl.Trainer(callbacks=[callback], accelerator="cpu", max_epochs=-1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(Skipping(), DataLoader(data, batch_size=8))
+    (report,) = read_rank_reports(tmp_path)
+    return report
+
+
+@pytest.mark.filterwarnings("ignore:.*training_step. returned .None.")
+def test_a_training_step_that_returns_none_is_trained_and_measured_without_it(tmp_path):
+    some = _skipping_fit(tmp_path / "some", lambda batch_idx: batch_idx % 3 == 1)
+    assert some["ok"] and some["batches"] == 40
+    assert some["noise"]["method"] == "consecutive_steps" and some["noise"]["measurements"] >= 8
+    every = _skipping_fit(tmp_path / "every", lambda batch_idx: True)
+    assert every["ok"] and every["batches"] == 40 and every["samples"] > 0
+    assert every["noise"] is None  # no step had gradients: the gradient noise was not measured
+
+
 def test_the_callback_measures_a_short_cpu_fit_and_writes_a_complete_report(tmp_path, monkeypatch):
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader, TensorDataset

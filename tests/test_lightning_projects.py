@@ -84,3 +84,48 @@ def test_a_ddp_rank_s_exception_reaches_the_trial_s_fail_reason(tmp_path, cli, l
     assert trial.user_attrs["fail_kind"] == "exception"
     assert reason.startswith("exception in user code: ValueError: boom at step 3 at rank_raise.py:") and reason.endswith("(rank 1)")
     assert "ValueError: boom at step 3" in r.stderr
+
+
+_SKIPS_BATCHES = """
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class SkipsBatches(pl.LightningModule):
+    def __init__(self, lr: float = 0.05, batch_size: int = 8):
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        return None if batch_idx % 2 else loss  # None: Lightning skips this batch's backward and optimizer step
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def train_dataloader(self):
+        x = torch.randn(512, 4, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=self.hparams.batch_size)
+
+    def val_dataloader(self):
+        x = torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
+        return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=64)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+"""
+
+
+def test_a_training_step_that_returns_none_on_some_batches_completes_and_measures_the_gradient_noise(tmp_path, cli):
+    (tmp_path / "skips.py").write_text(_SKIPS_BATCHES)
+    db = tmp_path / "skips.db"
+    r = cli("search", "skips.py", "--samples", 256, "--trials", 1, "--confirm", 0, "--objective", "goodput", "--storage", f"sqlite:///{db}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (trial,) = load(db, "skips").trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+    assert trial.user_attrs["noise"]["method"] == "consecutive_steps" and trial.user_attrs["noise"]["measurements"] > 0
+    assert trial.user_attrs["noise_method"] == "consecutive_steps" and trial.user_attrs["goodput"] > 0

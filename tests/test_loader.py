@@ -246,3 +246,94 @@ def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_
     (tmp_path / "no_loader.py").write_text(_NO_LOADER)
     with pytest.raises(UsageError, match=r"cannot set or read the batch size: no training DataLoader found: NoLoader defines no train_dataloader\(\)"):
         inspect_model({"model_file": str(tmp_path / "no_loader.py")})
+
+
+_RAISES_IN_INIT = """
+import os
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Data(pl.LightningDataModule):
+    def __init__(self, batch_size: int = 8, fail: str = ""):
+        super().__init__()
+        self.batch_size = batch_size
+        if fail == "data":
+            raise ValueError("data folder 'missing/' not found")
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=self.batch_size)
+
+
+class Net(pl.LightningModule):
+    def __init__(self, lr: float = 0.1, fail: str = "model"):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        if fail == "model":
+            raise RuntimeError("no weights file found")
+        if os.environ.get("RAISES_IN_TRIAL") == "oom":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if os.environ.get("RAISES_IN_TRIAL") == "error":
+            raise KeyError("vocab")
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
+def test_a_constructor_that_raises_is_named_by_its_file_and_line(tmp_path):
+    from autotune.inspection import inspect_model
+
+    lines = _RAISES_IN_INIT.splitlines()
+    (tmp_path / "raises_model.py").write_text(_RAISES_IN_INIT)
+    with pytest.raises(ModelFileError) as error:
+        inspect_model({"model_file": str(tmp_path / "raises_model.py")})
+    line = lines.index('            raise RuntimeError("no weights file found")') + 1
+    assert str(error.value) == f"{tmp_path / 'raises_model.py'}:{line}: Net.__init__ raised RuntimeError: no weights file found"
+
+    # a ValueError of the user's constructor is not LightningCLI refusing the config
+    (tmp_path / "raises_data.py").write_text(_RAISES_IN_INIT)
+    (tmp_path / "data.yaml").write_text("model:\n  fail: ''\ndata:\n  fail: data\n")
+    with pytest.raises(ModelFileError) as error:
+        inspect_model({"model_file": str(tmp_path / "raises_data.py"), "config_file": str(tmp_path / "data.yaml")})
+    line = lines.index("            raise ValueError(\"data folder 'missing/' not found\")") + 1
+    assert str(error.value) == f"{tmp_path / 'raises_data.py'}:{line}: Data.__init__ raised ValueError: data folder 'missing/' not found"
+
+
+def test_the_cli_names_a_raising_constructor_in_one_line_and_shows_its_traceback_with_debug(tmp_path, cli):
+    (tmp_path / "raises.py").write_text(_RAISES_IN_INIT)
+    line = _RAISES_IN_INIT.splitlines().index('            raise RuntimeError("no weights file found")') + 1
+    r = cli("search", "raises.py", "--trials", 1)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"autotune: error: {tmp_path / 'raises.py'}:{line}: Net.__init__ raised RuntimeError: no weights file found"
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob("studies/*.db"))
+
+    r = cli("search", "raises.py", "--trials", 1, "--debug")
+    assert r.returncode == 1, r.stderr  # the exception propagates
+    assert f'File "{tmp_path / "raises.py"}", line {line}, in __init__' in r.stderr  # the user's frame, from the inspection process
+    assert "RuntimeError: no weights file found" in r.stderr
+
+
+def test_a_constructor_that_raises_in_a_trial_fails_the_trial_classified_as_what_it_raised(tmp_path, monkeypatch):
+    from autotune.runner import inspect_process, run_trial_process
+
+    (tmp_path / "raises.py").write_text(_RAISES_IN_INIT)
+    (tmp_path / "ok.yaml").write_text("model:\n  fail: ''\n")
+    spec = {"model_file": str(tmp_path / "raises.py"), "config_file": str(tmp_path / "ok.yaml")}
+    report = inspect_process(spec)
+    spec = {**spec, "targets": report["targets"], "user_config": report["user_config"], "cli": report["cli"], "samples": 64, "seed": 0,
+            "config": {"batch_size": 8, "lr": 0.05}}
+    monkeypatch.setenv("RAISES_IN_TRIAL", "oom")
+    outcome = run_trial_process(spec, timeout=120, trial_number=1, expected_ranks=1, devices=1)
+    assert (outcome.fail_kind, outcome.fail_reason) == ("oom", "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setenv("RAISES_IN_TRIAL", "error")
+    outcome = run_trial_process(spec, timeout=120, trial_number=2, expected_ranks=1, devices=1)
+    line = _RAISES_IN_INIT.splitlines().index('            raise KeyError("vocab")') + 1
+    assert (outcome.fail_kind, outcome.fail_reason) == ("exception", f"exception in user code: KeyError: 'vocab' at raises.py:{line}")

@@ -94,3 +94,83 @@ def test_checking_a_storage_url_creates_nothing(tmp_path, monkeypatch):
     check_storage_url(f"sqlite:///{tmp_path / 'new.db'}")
     check_storage_url("sqlite:///studies/new.db")  # open_storage would create the default folder
     assert list(tmp_path.iterdir()) == []
+
+_REAL_ACCESS = __import__("os").access
+
+
+def _deny_writes(monkeypatch, *denied):
+    """Make ``os.access`` say the paths ``denied`` (only those) are not writable: root may write
+    anything, so chmod alone tests nothing when the tests run as root."""
+    import os
+
+    real = _REAL_ACCESS
+
+    def access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and os.path.abspath(path) in {os.path.abspath(p) for p in denied}:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_read_only_sqlite_file_or_folder_is_named_and_not_retried(tmp_path, monkeypatch):
+    import sqlite3
+
+    from autotune.errors import StorageError
+    from autotune.storage import check_writable
+
+    db = tmp_path / "ro.db"
+    sqlite3.connect(db).close()
+    check_writable(f"sqlite:///{db}")  # writable: no error
+    _deny_writes(monkeypatch, db)
+    with pytest.raises(StorageError) as info:
+        check_writable(f"sqlite:///{db}")
+    assert str(info.value) == (f"storage 'sqlite:///{db}': the database file '{db}' is not writable; make it writable "
+                               f"(chmod u+w {db}) or give --storage a copy you can write")
+    _deny_writes(monkeypatch, tmp_path)
+    with pytest.raises(StorageError, match=f"the folder '{tmp_path}' is not writable, and SQLite writes its journal there"):
+        check_writable(f"sqlite:///{db}")  # the file is writable, but not its journal's folder
+    monkeypatch.chdir(tmp_path)  # a new database in studies/, which does not exist yet: the current folder
+    with pytest.raises(StorageError, match=r"the folder '\.' is not writable, and SQLite creates the database there"):
+        check_writable("sqlite:///studies/new.db")
+    check_writable("postgresql+psycopg://user@host/db")  # a server storage: its server checks
+
+    # a database that turns read-only while a search runs is not waited for as if it were unreachable
+    readonly = sqlalchemy.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("attempt to write a readonly database"))
+    assert not is_transient(readonly) and is_transient(_lost_connection())
+
+
+def test_search_on_a_read_only_database_stops_at_once_with_one_line(tmp_path, monkeypatch, capfd):
+    import sqlite3
+
+    from conftest import MODELS
+
+    from autotune.cli import main
+
+    db = tmp_path / "ro.db"
+    sqlite3.connect(db).close()
+    monkeypatch.chdir(tmp_path)
+    _deny_writes(monkeypatch, db)
+    assert main(["search", str(MODELS / "tiny.py"), "--storage", f"sqlite:///{db}"]) == 2
+    out, err = capfd.readouterr()
+    assert err == f"autotune: error: storage 'sqlite:///{db}': the database file '{db}' is not writable; make it writable (chmod u+w {db}) or give --storage a copy you can write\n"
+    assert "inspecting" not in out  # before the model inspection
+    _deny_writes(monkeypatch, tmp_path)  # a new database in a folder that is not writable
+    assert main(["search", str(MODELS / "tiny.py"), "--storage", f"sqlite:///{tmp_path / 'new.db'}"]) == 2
+    out, err = capfd.readouterr()
+    assert f"the folder '{tmp_path}' is not writable, and SQLite creates the database there" in err and "inspecting" not in out
+    assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes read-only files: the test above forces the check instead")
+def test_a_chmod_read_only_database_is_refused_by_the_cli(tmp_path, cli):
+    import sqlite3
+
+    from conftest import MODELS
+
+    db = tmp_path / "ro.db"
+    sqlite3.connect(db).close()
+    db.chmod(0o444)
+    r = cli("search", MODELS / "tiny.py", "--storage", f"sqlite:///{db}")
+    assert r.returncode == 2 and r.stderr.strip() == (f"autotune: error: storage 'sqlite:///{db}': the database file '{db}' is not writable; "
+                                                      f"make it writable (chmod u+w {db}) or give --storage a copy you can write")

@@ -25,7 +25,7 @@ from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
 from autotune.objective import directions
 from autotune.samplers import grid_size, make_sampler
 from autotune.space import params_of
-from autotune.storage import _sqlite_path, check_storage_url, mask_url, open_storage
+from autotune.storage import _sqlite_path, check_storage_url, check_writable, mask_url, open_storage
 from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
@@ -103,6 +103,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     study_name = opts.study_name or default_study_name(model_file)
     storage_url = resolve_storage(opts.storage, study_name)
     check_storage_url(storage_url)  # before the model is inspected
+    check_writable(storage_url)  # a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
@@ -373,7 +374,7 @@ def run_worker(
     path on this machine as where the study was created (a shared file system or the same checkout).
 
     Raises:
-        StorageError: The storage or study cannot be opened.
+        StorageError: The storage or study cannot be opened, or a SQLite database is not writable.
         BaselineFailedError: The baseline trial failed.
         Interrupted: Ctrl-C.
     """
@@ -384,6 +385,7 @@ def run_worker(
         raise UsageError(f"--jobs must be >= 1 (trials at once), got {jobs}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings = load_study(study_name, storage_url)
+    check_writable(storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
