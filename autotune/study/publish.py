@@ -81,7 +81,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
-        *([advice] if (advice := input_bound_line(trial, settings)) else []),
+        *([advice] if (advice := input_bound_line(trial, settings, study.get_trials(deepcopy=False))) else []),
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
@@ -111,7 +111,7 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> N
         f"(tolerance {settings.loss_tolerance:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
         f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
-    for line in (quality_line(trial, baseline), input_bound_line(trial, settings)):
+    for line in (quality_line(trial, baseline), input_bound_line(trial, settings, study.get_trials(deepcopy=False))):
         if line:
             note += f"\n{line}\n"
     try:
