@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrialConfig
-from autotune.export import lightning_cli_config, render_yaml
+from autotune.export import lightning_cli_config, render_yaml, training_length_line
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import _sqlite_path, mask_url
@@ -67,6 +67,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         has_datamodule=settings.data_class is not None,
         model_info=settings.model_info,
         baseline=TrialConfig.from_dict(settings.baseline_config),
+        training_length=(settings.model_info or {}).get("training_length"),
     )
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
@@ -85,6 +86,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
+        training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
         f"run: {run_hint(settings.cli, out)}",
         "",
     ]
