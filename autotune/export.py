@@ -20,7 +20,10 @@ import yaml
 from autotune.config import TrialConfig
 from autotune.lightning_cli import set_dotted
 
-__all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml"]
+__all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml", "training_length_line"]
+
+#: The Trainer arguments that set how long ``fit`` trains (:func:`autotune.inspection.training_length`).
+_LENGTH_KEYS = ("max_epochs", "max_steps", "max_time")
 
 
 def lightning_cli_config(
@@ -30,6 +33,7 @@ def lightning_cli_config(
     has_datamodule: bool = True,
     model_info: Mapping[str, Any] | None = None,
     baseline: TrialConfig | None = None,
+    training_length: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The LightningCLI config of a trial.
 
@@ -42,6 +46,9 @@ def lightning_cli_config(
             go under ``data:`` (or ``model:``) when the class takes them as arguments.
         baseline: The baseline's config: an extended knob, or one applied to the rebuilt training
             DataLoader, at the baseline's value (what the user's code does already) gets no note.
+        training_length: The ``max_epochs``/``max_steps``/``max_time`` the user's config or CLI
+            defaults set (:func:`autotune.inspection.training_length`): each goes under ``trainer:``
+            unless the user's ``--config`` has it already (the trials' own sample budget is never exported).
 
     Searched constructor arguments (``model_args``, ``data_args``) go under ``model:``/``data:``.
     ``torch.compile``, ``channels_last``, ``float32_matmul_precision``, and ``pin_memory`` or
@@ -70,6 +77,8 @@ def lightning_cli_config(
     if trainer.get("strategy") == "ddp" and str(doc["trainer"].get("strategy", "")).startswith("ddp"):
         trainer.pop("strategy")  # the user's own DDP flavour (find_unused_parameters, ...) is what the trial ran
     doc["trainer"].update(trainer)
+    for key, value in (training_length or {}).items():
+        doc["trainer"].setdefault(key, value)
     if num_nodes != 1:  # (a one-node run leaves num_nodes to the user's config or Lightning's default)
         doc["trainer"]["num_nodes"] = num_nodes
     notes = _set_knobs(doc, config, targets, (model_info or {}).get("class_names") or {}, baseline)
@@ -155,6 +164,27 @@ def _extended_notes(
             f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training"
         )
     return notes
+
+
+def training_length_line(training_length: Mapping[str, Any] | None, user_trainer: Mapping[str, Any]) -> str:
+    """The export header's line on how long training with the export runs.
+
+    Args:
+        training_length: What the user's config or CLI defaults set
+            (:func:`autotune.inspection.training_length`), or ``None`` when the study predates that
+            inspection (only ``user_trainer`` is known).
+        user_trainer: The ``trainer:`` section of the user's ``--config``.
+    """
+    own = {k: user_trainer[k] for k in _LENGTH_KEYS if user_trainer.get(k) is not None}
+    defaults = {k: v for k, v in (training_length or {}).items() if k not in own}
+    if own or defaults:
+        said = [f"{k}={v}" for k, v in own.items()] + [f"{k}={v} (your LightningCLI's default)" for k, v in defaults.items()]
+        return f"training length: {', '.join(said)}, as in your own runs (the search's trials trained a fixed number of samples)"
+    found = "your --config and your LightningCLI's defaults set" if training_length is not None else "your --config sets"
+    return (
+        f"training length: {found} no max_epochs, max_steps or max_time, so Lightning trains for its default "
+        "max_epochs=1000; set yours: add --trainer.max_epochs N to the run line below, or max_epochs: N under trainer:"
+    )
 
 
 def render_yaml(document: Mapping[str, Any], header: list[str], notes: list[str] | None = None) -> str:

@@ -413,7 +413,7 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
     )
 
     if recommended is not None and baseline is not None:
-        extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings)]
+        extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings, trials)]
         summary.extend(
             html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings.objective)) if line
         )

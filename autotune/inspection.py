@@ -10,7 +10,11 @@ from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["inspect_model"]
+__all__ = ["inspect_model", "training_length"]
+
+#: The Trainer arguments that set how long ``fit`` trains, with Lightning's defaults (no limit set:
+#: then ``max_epochs=1000``).
+TRAINING_LENGTH_DEFAULTS: dict[str, Any] = {"max_epochs": None, "max_steps": -1, "max_time": None}
 
 
 def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,6 +65,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     baseline = _baseline(spec, built, model_cls, data_cls, targets, loader, unreachable)
     model_info = _model_info(model_cls, data_cls, model, user_config, loader)
     model_info["unreachable"] = unreachable
+    model_info["training_length"] = training_length(built.trainer)
     return {
         "hardware": hardware.to_dict(),
         "cli": cli,
@@ -75,6 +80,23 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "model": [p for p in init_params(model_cls) if p != "self"],
             "data": [p for p in init_params(data_cls) if p != "self"] if data_cls else [],
         },
+    }
+
+
+def training_length(trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """The training length the user's config or CLI defaults set: each of ``max_epochs``,
+    ``max_steps`` and ``max_time`` (as parsed: ``"DD:HH:MM:SS"``, a mapping of units, or seconds as
+    text) whose value is not Lightning's default (:data:`TRAINING_LENGTH_DEFAULTS`); ``{}`` when none is.
+
+    Args:
+        trainer: The ``trainer`` settings as the user's LightningCLI parsed them (every key).
+    """
+    import json
+
+    return {
+        key: json.loads(json.dumps(trainer[key], default=str))
+        for key, default in TRAINING_LENGTH_DEFAULTS.items()
+        if trainer.get(key, default) != default
     }
 
 

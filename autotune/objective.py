@@ -370,6 +370,8 @@ def input_bound_advice(
     space: Mapping[str, Mapping[str, Any]],
     accelerator: str,
     loader: Mapping[str, Any] | None = None,
+    wider_workers: Mapping[int, float] | None = None,
+    samples_per_sec: float | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
@@ -380,6 +382,10 @@ def input_bound_advice(
     ``pin_memory=True`` on a GPU when the loader does not pin, and, with workers,
     ``prefetch_factor`` below the top of its range and ``persistent_workers=True`` when not set.
 
+    What the study measured comes first: when it ran more ``num_workers`` than the config has
+    (``wider_workers``), more workers are suggested only if one of those counts measured faster than
+    the config (naming it); otherwise the line says they measured no faster, and suggests none.
+
     Args:
         data_wait_fraction: The config's measured fraction, ``0..1``.
         config: The config (``num_workers``, ``pin_memory``, ``prefetch_factor``), as stored on the trial.
@@ -388,6 +394,10 @@ def input_bound_advice(
         loader: The user's train DataLoader settings found by inspection (``pin_memory``,
             ``prefetch_factor``, ``persistent_workers``), or ``None`` when unknown; the config's own
             values take precedence.
+        wider_workers: Each ``num_workers`` above the config's that the study measured, to the best
+            samples/s (global, > 0) measured with it; ``None`` or empty when none was measured.
+        samples_per_sec: The config's own samples/s (global, > 0) at the same budget, to compare
+            with ``wider_workers``; ``None`` when unknown (``wider_workers`` is then not used).
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
@@ -399,7 +409,21 @@ def input_bound_advice(
     knobs = []
     has = ""
     top = _space_top(space.get("num_workers"))
-    if top is None:
+    measured = dict(wider_workers or {}) if samples_per_sec else {}
+    if measured and samples_per_sec:
+        fastest = max(measured, key=lambda w: measured[w])
+        counts = ", ".join(str(w) for w in sorted(measured))
+        if measured[fastest] > samples_per_sec:
+            knobs.append(
+                f"num_workers (this config uses {workers}; {fastest} measured {measured[fastest]:,.0f} samples/s "
+                f"vs this config's {samples_per_sec:,.0f})"
+            )
+        else:
+            has = (
+                f"; more num_workers measured no faster in this study ({counts}: at best {measured[fastest]:,.0f} samples/s "
+                f"vs this config's {samples_per_sec:,.0f} with {workers})"
+            )
+    elif top is None:
         knobs.append(f"more num_workers (this config uses {workers})")
     elif workers < top:
         knobs.append(f"num_workers (this config uses {workers}, the space allows up to {top})")
@@ -418,7 +442,8 @@ def input_bound_advice(
     head = f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
     cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
     if not knobs:
-        return f"{head}{has}, and the other DataLoader settings are at theirs; {cheaper}"
+        rest = "no other DataLoader setting is left to try" if measured else "the other DataLoader settings are at theirs"
+        return f"{head}{has}, and {rest}; {cheaper}"
     return f"{head}{has}; widen: {', '.join(knobs)}; or {cheaper}"
 
 

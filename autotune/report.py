@@ -335,7 +335,7 @@ class ConsoleUI:
         ):
             if maybe_line:
                 self.console.print(maybe_line, markup=False)
-        advice = input_bound_line(recommended, settings)
+        advice = input_bound_line(recommended, settings, study.get_trials(deepcopy=False))
         if advice:
             self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
         if export_path is not None:

@@ -123,8 +123,18 @@ def flops_line(trial: Any) -> str | None:
     )
 
 
-def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
-    """:func:`autotune.objective.input_bound_advice` for a stored trial of a study, or None."""
+def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] = ()) -> str | None:
+    """:func:`autotune.objective.input_bound_advice` for a stored trial of a study, or None.
+
+    Args:
+        trial: The frozen trial (a search trial or a confirmation run).
+        settings: The study's settings (hardware, space, inspected DataLoader).
+        trials: Every frozen trial of the study: the completed search trials at the study's budget
+            (no short stage-1 run, confirmation run or duplicate) that ran more ``num_workers`` than
+            ``trial`` are what the advice weighs against its samples/s (a confirmation run's is the
+            search trial it confirms); the config's other knobs alike where such trials exist, else
+            any. Empty: nothing measured is weighed.
+    """
     from autotune.objective import input_bound_advice
 
     accelerator = settings.hardware.get("accelerator", "cpu")
@@ -132,6 +142,37 @@ def input_bound_line(trial: Any, settings: StudySettings) -> str | None:
     loader = dict((settings.model_info or {}).get("loader") or {})
     applied = trial.user_attrs.get("applied") or {}
     loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor") if applied.get(k) is not None})
-    return input_bound_advice(
-        trial.user_attrs.get("data_wait_fraction", 0.0), trial.user_attrs.get("config", {}), settings.space, accelerator, loader
-    )
+    config = trial.user_attrs.get("config", {})
+    wider, sps = _wider_workers(trial, config, trials)
+    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, wider, sps)
+
+
+#: Config keys that only shape the DataLoader's workers: a trial differing in these alone ran "this config with other workers".
+_WORKER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers")
+
+
+def _wider_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None]:
+    """``({num_workers above the config's: best samples/s measured with it}, the config's own samples/s)``
+    over the study's completed search trials at its budget (see :func:`input_bound_line`)."""
+    by_number = {t.number: t for t in trials}
+    reference = by_number.get(trial.user_attrs.get("confirm_of"), trial) if "confirm_of" in trial.user_attrs else trial
+    sps = reference.user_attrs.get("samples_per_sec")
+    workers = int(config.get("num_workers") or 0)
+    measured = [
+        t
+        for t in trials
+        if t.state.name == "COMPLETE"
+        and not {"trial_samples", "confirm_of", "duplicate_of"} & t.user_attrs.keys()
+        and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) > workers
+        and (t.user_attrs.get("samples_per_sec") or 0) > 0
+    ]
+
+    def others(c: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
+
+    alike = [t for t in measured if others(t.user_attrs["config"]) == others(config)]
+    wider: dict[int, float] = {}
+    for t in alike or measured:
+        w = int(t.user_attrs["config"]["num_workers"])
+        wider[w] = max(wider.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
+    return wider, (float(sps) if sps else None)

@@ -92,3 +92,45 @@ def test_enqueued_configs_outside_the_space_are_one_line_errors(doc, message):
     resolved = {"batch_size": {"choices": [16, 32, 64]}, "accumulate_grad_batches": {"low": 1, "high": 4, "log": False}}
     with pytest.raises(UsageError, match=re.escape(message)):
         params_of(config_from_lightning_cli(doc, targets, baseline, source="seed.yaml"), resolved, baseline, source="seed.yaml")
+
+
+def test_the_users_training_length_is_carried_and_a_missing_one_is_said():
+    from autotune.export import training_length_line
+
+    config = TrialConfig(batch_size=32, lr=0.1)
+    # a default of the user's LightningCLI goes under trainer:, the user's own --config value wins over it
+    user = {"trainer": {"max_steps": 500}, "model": {}, "data": {}}
+    doc, _ = lightning_cli_config(config, TARGETS, user, training_length={"max_epochs": 10, "max_steps": 300})
+    assert doc["trainer"]["max_epochs"] == 10 and doc["trainer"]["max_steps"] == 500
+    assert training_length_line({"max_epochs": 10, "max_steps": 300}, user["trainer"]) == (
+        "training length: max_steps=500, max_epochs=10 (your LightningCLI's default), as in your own runs "
+        "(the search's trials trained a fixed number of samples)"
+    )
+    # none set anywhere: nothing is invented, the header says what Lightning does and how to set it
+    doc, _ = lightning_cli_config(config, TARGETS, None, training_length={})
+    assert not {"max_epochs", "max_steps", "max_time"} & doc["trainer"].keys()
+    line = training_length_line({}, {})
+    assert line.startswith("training length: your --config and your LightningCLI's defaults set no max_epochs, max_steps or max_time")
+    assert "default max_epochs=1000; set yours: add --trainer.max_epochs N to the run line below" in line
+    # a study inspected before the training length was: only the --config is known
+    assert training_length_line(None, {}).startswith("training length: your --config sets no max_epochs")
+    assert training_length_line(None, {"max_epochs": 3}).startswith("training length: max_epochs=3, as in your own runs")
+
+
+def test_the_export_header_names_the_training_length(tmp_path):
+    from autotune.study.publish import export_study
+    from autotune.study.settings import settings_of
+    from tests.study.helpers import add, make_study
+
+    cpu = {"accelerator": "cpu", "device_count": 1, "device_name": "cpu", "cpu_count": 2, "bf16_supported": False, "device_memory_gib": 8.0}
+    for info, expected in (
+        ({"training_length": {}}, "# training length: your --config and your LightningCLI's defaults set no max_epochs"),
+        ({"training_length": {"max_epochs": 7}}, "# training length: max_epochs=7 (your LightningCLI's default)"),
+    ):
+        study = make_study(model_info=info, hardware=cpu)
+        baseline = add(study, 100.0, baseline=True)
+        trial = add(study, 150.0, batch_size=32)
+        out = export_study(study, settings_of(study), trial, baseline, tmp_path / "best.yaml", "sqlite:///x.db")
+        text = out.read_text()
+        assert expected in text
+        assert yaml.safe_load(text)["trainer"].get("max_epochs") == info["training_length"].get("max_epochs")

@@ -79,6 +79,7 @@ def test_a_cli_project_trains_its_config_in_every_trial_and_the_export_builds_th
     doc = yaml.safe_load(text)
     assert doc["model"]["class_path"] == "model.Classifier" and doc["model"]["init_args"]["encoder"]["init_args"]["hidden"] == 24
     assert doc["trainer"]["gradient_clip_val"] == 0.5 and doc["lr_scheduler"]["class_path"] == "torch.optim.lr_scheduler.StepLR"
+    assert doc["trainer"]["max_epochs"] == 100 and "# training length: max_epochs=100, as in your own runs" in text  # the config's
     recommended = next(t for t in trials if t.number == _recommended_number(study))
     # the export, loaded back through the user's LightningCLI, builds the trial's optimizer, lr, batch size, precision
     code = (
@@ -87,14 +88,15 @@ def test_a_cli_project_trains_its_config_in_every_trial_and_the_export_builds_th
         "save_config_callback=None, args=['--config', sys.argv[1]])\n"
         "opt = cli.model.configure_optimizers()[0][0]\n"
         "print(json.dumps({'optimizer': type(opt).__name__, 'lr': opt.param_groups[0]['lr'], "
-        "'batch_size': cli.datamodule.batch_size, 'precision': str(cli.trainer.precision)}))\n"
+        "'batch_size': cli.datamodule.batch_size, 'precision': str(cli.trainer.precision), "
+        "'max_epochs': cli.trainer.max_epochs}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(export)], cwd=project, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
     config = recommended.user_attrs["config"]
     assert built == {"optimizer": "Adam", "lr": pytest.approx(config["lr"]), "batch_size": config["batch_size"],
-                     "precision": config["precision"]}
+                     "precision": config["precision"], "max_epochs": 100}
 
 
 def _recommended_number(study):
@@ -141,3 +143,23 @@ def test_the_users_ddp_options_are_kept(tmp_path, cli):
     trial = load(project / "studies" / "ddp_unused.db", "ddp_unused").trials[0]
     assert trial.state.name == "COMPLETE", trial.user_attrs.get("fail_reason")
     assert yaml.safe_load((project / "studies" / "ddp_unused.best.yaml").read_text())["trainer"]["strategy"] == "ddp_find_unused_parameters_true"
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
+def test_inspection_finds_the_training_length_of_the_config_and_of_the_cli_defaults(tmp_path, monkeypatch):
+    from autotune.inspection import inspect_model, training_length
+
+    def inspect(**spec):
+        for name in ("model", "train"):  # both projects have a model.py (and the linked one a train.py): none is left behind
+            monkeypatch.setitem(sys.modules, name, None)
+            monkeypatch.delitem(sys.modules, name)
+        return inspect_model(spec)["model_info"]["training_length"]
+
+    project = _project(tmp_path, "cli_project")
+    assert inspect(model_file=str(project / "model.py"), config_file=str(project / "config.yaml")) == {"max_epochs": 100}
+    linked = _project(tmp_path, "cli_linked")
+    train = linked / "train.py"
+    train.write_text(train.read_text().replace('{"trainer.gradient_clip_val": 0.25}',
+                                               '{"trainer.gradient_clip_val": 0.25, "trainer.max_time": "00:00:10:00"}'))
+    assert inspect(model_file=str(linked / "model.py")) == {"max_time": "00:00:10:00"}  # a default of the user's CLI
+    assert training_length({"max_epochs": None, "max_steps": -1, "max_time": None, "gradient_clip_val": 1.0}) == {}  # Lightning's own

@@ -202,3 +202,37 @@ def test_input_bound_line_reads_the_inspected_loader_and_what_the_trial_applied(
     # a study made before the loader's persistent_workers was inspected: still suggested
     settings.model_info = {"loader": {"pin_memory": False, "prefetch_factor": None}}
     assert "persistent_workers=True" in input_bound_line(SimpleNamespace(user_attrs=attrs), settings)
+
+
+def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
+    from autotune.summary import input_bound_line
+    from tests.study.helpers import add, make_settings, make_study
+
+    space = {"num_workers": {"low": 0, "high": 4}}
+    # more workers measured slower: no advice to widen them, the line says what was measured
+    study = make_study(space=space)
+    add(study, 1000.0, baseline=True, attrs={"data_wait_fraction": 0.3})
+    add(study, 700.0, num_workers=2, attrs={"data_wait_fraction": 0.05})
+    add(study, 650.0, num_workers=4, attrs={"data_wait_fraction": 0.02})
+    add(study, 5000.0, num_workers=4, batch_size=512)  # other knobs: not weighed while this config's own are there
+    settings = make_settings(space=space)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert line.startswith("input-bound: 30% of each step waits for data")
+    assert "more num_workers measured no faster in this study (2, 4: at best 700 samples/s vs this config's 1,000 with 0)" in line
+    assert "widen:" not in line and "no other DataLoader setting is left to try" in line
+    # a confirmation run (another budget) is weighed by the search trial it confirms, at the others' budget
+    run = add(study, 500.0, attrs={"confirm_of": 0, "confirm_samples": 2048, "data_wait_fraction": 0.3})
+    assert "measured no faster" in input_bound_line(run, settings, study.get_trials(deepcopy=False))
+    # without the study's trials, the space alone speaks (as before)
+    assert "widen: num_workers (this config uses 0, the space allows up to 4)" in input_bound_line(trials[0], settings)
+
+    # more workers measured faster: widening them is advised, naming the measurement
+    study = make_study(space=space)
+    add(study, 1000.0, baseline=True, attrs={"data_wait_fraction": 0.3})
+    add(study, 1800.0, num_workers=2)
+    add(study, 1500.0, num_workers=4)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "widen: num_workers (this config uses 0; 2 measured 1,800 samples/s vs this config's 1,000)" in line
+    assert "measured no faster" not in line

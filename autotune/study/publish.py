@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrialConfig
-from autotune.export import lightning_cli_config, render_yaml
+from autotune.export import lightning_cli_config, render_yaml, training_length_line
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import _sqlite_path, mask_url
@@ -67,6 +67,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         has_datamodule=settings.data_class is not None,
         model_info=settings.model_info,
         baseline=TrialConfig.from_dict(settings.baseline_config),
+        training_length=(settings.model_info or {}).get("training_length"),
     )
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
@@ -81,10 +82,11 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
-        *([advice] if (advice := input_bound_line(trial, settings)) else []),
+        *([advice] if (advice := input_bound_line(trial, settings, study.get_trials(deepcopy=False))) else []),
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
+        training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
         f"run: {run_hint(settings.cli, out)}",
         "",
     ]
@@ -111,7 +113,7 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> N
         f"(tolerance {settings.loss_tolerance:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
         f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
-    for line in (quality_line(trial, baseline), input_bound_line(trial, settings)):
+    for line in (quality_line(trial, baseline), input_bound_line(trial, settings, study.get_trials(deepcopy=False))):
         if line:
             note += f"\n{line}\n"
     try:

@@ -158,3 +158,30 @@ def test_the_first_baseline_that_did_not_fail_is_the_studys_baseline():
     assert _first_baseline(study) == 1 and _baseline_pending(study)  # trial 2 still waits
     study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
     assert not _baseline_pending(study) and _first_baseline(study) == 1
+
+
+def test_without_confirmation_optunas_best_trial_is_the_recommendation(tmp_path):
+    # Optuna's best_trial (what `optuna best-trial` prints) over the same SQLite storage the CLI reads
+    study = make_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 300.0, 2.0, batch_size=64)  # fastest, but its loss breaks the tolerance: infeasible
+    add(study, 900.0, 3.0, attrs={"trial_samples": 256}, batch_size=128)  # a short stage-1 run: not judged
+    add(study, 200.0, 1.02, batch_size=32)
+    add(study, 150.0, 1.0, batch_size=256)
+    recommended, _ = recommendation(study, _settings(study))
+    loaded = optuna.load_study(study_name=study.study_name, storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert loaded.best_trial.number == recommended.number == 3
+
+
+def test_with_confirmation_optunas_best_trial_is_the_fastest_single_run_not_the_recommendation():
+    # what the README says: with confirmation, `optuna best-trial` names one lucky run; autotune the confirmed median
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 220.0, 1.0, batch_size=32)  # fast once
+    add(study, 190.0, 1.0, batch_size=64)
+    confirm(study, 0, [100.0, 101.0, 99.0])
+    confirm(study, 1, [150.0, 152.0, 151.0])  # not borne out at the longer budget
+    runs = confirm(study, 2, [180.0, 182.0, 181.0])
+    recommended, _ = recommendation(study, _settings(study))
+    assert recommended.number == runs[2].number  # trial 2's config, its median run
+    assert study.best_trial.number == 1  # the single fastest feasible trial
