@@ -306,6 +306,7 @@ _PIPE_WIDTH = 160
 
 
 def _console(stderr: bool = False):
+    import errno
     import os
     import sys
 
@@ -315,7 +316,15 @@ def _console(stderr: bool = False):
     # a terminal's width, or $COLUMNS (rich reads it); CI logs and pipes without $COLUMNS get wide,
     # plain lines instead of rich's default 80 columns
     width = None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else _PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """The reader went away (``| head``): print nothing more, and leave the exit to
+            :func:`autotune.cli.main` (code 141, as every command) instead of rich's exit with code 1."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return _Console(stderr=stderr, highlight=False, width=width)
 
 
 class ConsoleUI:

@@ -1,8 +1,12 @@
 """Trial tables on a terminal of any width (autotune show, the end-of-search tables, the live view), and
-in a pipe ($COLUMNS)."""
+output into a pipe: $COLUMNS, and a reader that goes away (``autotune show | head``)."""
 
 import io
+import json
+import os
 import re
+import subprocess
+import sys
 
 import optuna
 import pytest
@@ -11,6 +15,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from study.helpers import add, make_settings, make_study  # tests/study/helpers.py
 
+from autotune.cli import EXIT_BROKEN_PIPE
 from autotune.live import LiveUI
 from autotune.report import _COLUMNS, _TEXT_COLUMNS, ConsoleUI, _fmt, render_rows, sort_key, trial_rows
 from autotune.study import load_study, recommendation
@@ -164,3 +169,59 @@ def test_a_pipe_takes_the_width_of_COLUMNS_else_160(tmp_path):
     table = wide[: wide.index("OOM frontier:")]
     assert "left out" not in table and 80 < max(map(cell_len, table.splitlines())) <= 160
 
+
+@pytest.fixture(scope="module")
+def long_study(tmp_path_factory):
+    """A study database whose ``show --format json`` is far longer than a pipe holds (64 KiB): two trials
+    store a loss curve of 3,000 points."""
+    study = realistic_study()
+    curve = [[64 * i, 2.0 / (i + 1)] for i in range(3000)]
+    add(study, 2000.0, 0.5, batch_size=32, attrs={"loss_curve": curve})
+    add(study, 2100.0, 0.5, batch_size=64, attrs={"loss_curve": curve})
+    db = tmp_path_factory.mktemp("pipe") / "long.db"
+    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage, to_storage=f"sqlite:///{db}", to_study_name="long")
+    return db
+
+
+def _autotune(args, **kwargs):
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_STORAGE", "PYTHONUNBUFFERED")}
+    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], env={**env, **kwargs.pop("env", {})},
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("fmt", ["table", "json", "yaml"])
+def test_output_into_a_pipe_whose_reader_has_gone_stops_quietly_with_141(long_study, fmt, buffered):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written: the first write fails
+    try:
+        proc = _autotune(["show", long_study, "--format", fmt], stdout=write_end, env={} if buffered else {"PYTHONUNBUFFERED": "1"})
+    finally:
+        os.close(write_end)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (EXIT_BROKEN_PIPE, "")  # no BrokenPipeError traceback, no "Exception ignored"
+
+
+def test_show_piped_into_a_reader_that_stops_after_one_line_stops_quietly(long_study):
+    proc = _autotune(["show", long_study, "--format", "json"], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == "[\n"  # the reader takes one line, as `| head -1`, and goes
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (EXIT_BROKEN_PIPE, "")
+    # the whole output is well over a pipe's 64 KiB, so the reader left before the end of it
+    whole = _autotune(["show", long_study, "--format", "json"], stdout=subprocess.PIPE)
+    out, _ = whole.communicate(timeout=120)
+    assert whole.returncode == 0 and len(out) > 256 * 1024 and len(json.loads(out)) == 9
+
+
+def test_a_broken_pipe_other_than_the_output_is_not_hidden(monkeypatch, capfd):
+    """Only standard output whose reader went away exits quietly; any other broken pipe is an error."""
+    from autotune import cli
+
+    def breaks(args):
+        raise BrokenPipeError(32, "Broken pipe")  # as a trial process's pipe would
+
+    monkeypatch.setitem(cli._COMMANDS, "show", breaks)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["show", "x.db"])
+    assert capfd.readouterr().out == ""
