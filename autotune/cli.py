@@ -1,7 +1,8 @@
 """Command line: ``autotune search | show | export | dashboard``.
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
-exit with code 1; Ctrl-C exits with 130 after printing the command that resumes the study.
+exit with code 1; Ctrl-C exits with 130 after printing the command that resumes the study; output
+into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from autotune import __version__
 from autotune.errors import AutotuneError, UsageError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
 
 
 def _positive_int(text: str) -> int:
@@ -386,8 +387,52 @@ def _print_detail(error: AutotuneError) -> None:
         print(f"in the child process:\n{error.detail.rstrip()}\n", file=sys.stderr)
 
 
+#: Exit code when the reader of the output went away (``autotune show | head``): 128 + SIGPIPE, what a
+#: shell reports for a tool that SIGPIPE ended (``yes | head``), so ``set -o pipefail`` sees the output cut.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted."""
+    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted, 141
+    (:data:`EXIT_BROKEN_PIPE`) when the reader of its standard output went away (``| head``): it stops
+    quietly, without a traceback, as a tool that SIGPIPE ends (the recipe of Python's ``signal`` docs,
+    "Note on SIGPIPE")."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help, --version and bad flags
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # what is still buffered fails here, while the broken pipe can be told apart
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # another pipe (a trial process, a database connection): a real error
+        # the interpreter's own flush at exit would fail again and print "Exception ignored ..."
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has closed it: poll(2) reports an
+    error or a hang-up on its end. Without poll (Windows), a broken pipe is taken to be standard output."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+        return False
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main` without the handling of a closed standard output."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.progress import read_progress
-from autotune.report import ConsoleUI, _escape, _fmt, sort_key, trial_rows
+from autotune.report import ConsoleUI, TableColumn, _fmt, fitted_table, sort_key, trial_rows
 
 __all__ = ["LiveUI"]
 
@@ -115,24 +115,29 @@ class LiveUI(ConsoleUI):
             lines.append(Text.assemble(("running ", "cyan"), label, " | ", (status, "bold")))
         return lines
 
-    def _table(self):
-        from rich.table import Table
+    #: The finished trials' columns in the order shown: (row key, header, rank). When the table is too
+    #: wide for the terminal, the highest rank is left out first (:func:`autotune.report.fitted_table`):
+    #: kept longest are #, samples/s, status, batch, precision, loss, lr, accum, workers.
+    COLUMNS = (
+        ("number", "#", 0),
+        ("batch_size", "batch", 3),
+        ("precision", "precision", 4),
+        ("accumulate_grad_batches", "accum", 7),
+        ("num_workers", "workers", 8),
+        ("lr", "lr", 6),
+        ("samples_per_sec", "samples/s", 1),
+        ("loss", "loss", 5),
+        ("status", "status", 2),
+    )
 
-        table = Table(title="finished trials", title_justify="left", expand=False)
-        for key, label in (
-            ("number", "#"),
-            ("batch_size", "batch"),
-            ("precision", "precision"),
-            ("accumulate_grad_batches", "accum"),
-            ("num_workers", "workers"),
-            ("lr", "lr"),
-            ("samples_per_sec", "samples/s"),
-            ("loss", "loss"),
-            ("status", "status"),
-        ):
-            table.add_column(label, justify="left" if key in ("precision", "status") else "right", overflow="fold")
+    def _table(self):
+        columns = [
+            TableColumn(key, label, rank, text=key == "status", right=key not in ("precision", "status"))
+            for key, label, rank in self.COLUMNS
+        ]
         feasible = [r for r in self.finished if r["state"] == "COMPLETE" and r.get("feasible")]
         best = min(feasible, key=sort_key(self.objective))["number"] if feasible else None
+        rows = []
         for row in self.finished[-self.ROWS :]:
             if row["state"] == "COMPLETE":
                 status = (
@@ -145,25 +150,11 @@ class LiveUI(ConsoleUI):
                 if row.get("baseline"):
                     status += " (baseline)"
             else:
-                status = _escape(f"{row['state']}: {row.get('fail_reason') or ''}")
+                status = f"{row['state']}: {row.get('fail_reason') or ''}"
             style = "bold green" if row["number"] == best else ("red" if row["state"] != "COMPLETE" else None)
-            table.add_row(
-                *(
-                    _fmt(k, row.get(k))
-                    for k in (
-                        "number",
-                        "batch_size",
-                        "precision",
-                        "accumulate_grad_batches",
-                        "num_workers",
-                        "lr",
-                        "samples_per_sec",
-                        "loss",
-                    )
-                ),
-                status,
-                style=style,
-            )
+            rows.append(([status if c.key == "status" else _fmt(c.key, row.get(c.key)) for c in columns], style))
+        table = fitted_table(columns, rows, self.console.width, title="finished trials")
+        table.title_justify = "left"
         return table
 
     def __rich__(self):

@@ -1,0 +1,227 @@
+"""Trial tables on a terminal of any width (autotune show, the end-of-search tables, the live view), and
+output into a pipe: $COLUMNS, and a reader that goes away (``autotune show | head``)."""
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import optuna
+import pytest
+from conftest import run_cli
+from rich.cells import cell_len
+from rich.console import Console
+from study.helpers import add, make_settings, make_study  # tests/study/helpers.py
+
+from autotune.cli import EXIT_BROKEN_PIPE
+from autotune.live import LiveUI
+from autotune.report import _COLUMNS, _TEXT_COLUMNS, ConsoleUI, _fmt, render_rows, sort_key, trial_rows
+from autotune.study import load_study, recommendation
+
+LABELS = {key: label for key, label, _ in _COLUMNS}
+
+
+def realistic_study(storage=None):
+    """A study as a day of real use leaves it: the baseline, fast trials in every precision, big numbers,
+    MFU and time to target, an OOM with a long reason, a duplicate, the extended space's knobs."""
+    study = make_study(storage)
+    add(study, 918.25, 0.5012, baseline=True, attrs={"mfu": 0.0412, "target_reached": True, "time_to_target": 14.2, "loss_target": 0.5012})
+    add(study, 1234567.8, 0.5123, batch_size=256, precision="bf16-mixed", accumulate_grad_batches=4, num_workers=2, lr=0.0123456,
+        attrs={"mfu": 0.4567, "target_reached": True, "time_to_target": 4.91, "loss_target": 0.5012})
+    add(study, None, None, state="FAIL", batch_size=512, precision="16-mixed", num_workers=4,
+        attrs={"fail_kind": "oom", "fail_reason": "oom: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity)"})
+    add(study, 45000.0, 0.9876, batch_size=128, precision="32-true", lr=0.31, attrs={"target_reached": False, "time_to_target": 123.0, "loss_target": 0.5012})
+    add(study, 45000.0, 0.9876, batch_size=128, precision="32-true", lr=0.31, attrs={"duplicate_of": 3})
+    add(study, 7000.5, 0.5, batch_size=64, precision="bf16-true", accumulate_grad_batches=8, compile="max-autotune",
+        model_args={"hidden": 16}, attrs={"mfu": 0.2})
+    add(study, 99999.0, 0.505, batch_size=32, precision="16-mixed", num_workers=3, lr=0.00501, attrs={"mfu": 0.301})
+    return study
+
+
+def row_cells(line: str) -> list[str]:
+    """The cells of a table line: split at the boxed table's rules or the compact one's two spaces."""
+    return [cell.strip() for cell in re.split(r"[│┃]|\s{2,}", line) if cell.strip()]
+
+
+def check_table(text: str, width: int, rows: list[dict], label_of: dict[str, str]):
+    """No line of ``text`` is wider than ``width``; every shown value of every row is a whole cell of the
+    row's first line; a free-text cell's words are whole on the row's lines; a column is shown or named
+    as left out. Returns the headers of the left-out columns."""
+    lines = text.splitlines()
+    assert max(map(cell_len, lines)) <= width, "\n" + text
+    caption = re.search(r"left out to fit (\d+) columns: (.*?) \(all|left out to fit (\d+) columns: (.*)$", " ".join(lines))
+    left_out = set()
+    if caption:
+        assert int(caption.group(1) or caption.group(3)) == width
+        left_out = {name.strip() for name in (caption.group(2) or caption.group(4)).split(",")}
+    body = lines[: next((i for i, line in enumerate(lines) if line.strip().startswith("left out to fit")), len(lines))]
+    starts = [i for i, line in enumerate(body) if row_cells(line)[:1] and row_cells(line)[0].isdigit()]
+    assert len(starts) == len(rows), "\n" + text
+    for row, start, end in zip(rows, starts, [*starts[1:], len(body)]):
+        cells = row_cells(lines[start])
+        assert cells[0] == str(row["number"])
+        for key, value in row.items():
+            if key in label_of and label_of[key] not in left_out and value:
+                if key in _TEXT_COLUMNS:
+                    block = " ".join(" ".join(row_cells(line)) for line in lines[start:end])
+                    assert all(word in block.split() for word in value.split()), f"{value!r} not whole in\n{text}"
+                else:
+                    assert value in cells, f"{key}={value!r} not a whole cell of {lines[start]!r}\n{text}"
+    return left_out
+
+
+def shown_rows(rows):
+    """Each row as the table shows it: every column's text."""
+    return [{key: _fmt(key, row.get(key)) for key in LABELS} for row in rows]
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal control sequences (colours, the live view's cursor moves)."""
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", text)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_trial_table_fits_the_terminal_and_never_splits_a_value(width):
+    study = realistic_study()
+    recommended, _ = recommendation(study, make_settings())
+    rows = trial_rows(study, recommended.number)
+    out = io.StringIO()
+    render_rows(rows, "table", Console(file=out, width=width), title=f"study {study.study_name}")
+    left_out = check_table(out.getvalue(), width, shown_rows(rows), LABELS)
+    # what goes first is the least needed: the figures that judge a trial stay
+    assert not {"#", "state", "samples/s", "to target", "batch", "precision", "loss", "feasible"} & left_out
+    if width == 80:
+        assert {"workers", "eff. batch", "other knobs"} <= left_out
+        assert "autotune show --format json" in out.getvalue()
+    else:
+        assert left_out <= {"other knobs", "workers", "eff. batch"}
+    assert "1,234,568" in out.getvalue() and "bf16-mixed" in out.getvalue()
+
+
+def test_a_wide_terminal_shows_every_column_boxed_and_no_empty_one():
+    study = realistic_study()
+    out = io.StringIO()
+    render_rows(trial_rows(study), "table", Console(file=out, width=250))
+    text = out.getvalue()
+    assert "left out" not in text and "┃" in text  # the boxed table: it fits
+    check_table(text, 250, shown_rows(trial_rows(study)), LABELS)
+    for label in LABELS.values():
+        assert label.split()[-1] in text
+    # a column no trial fills is left out whatever the width (no MFU measured here)
+    plain = make_study()
+    add(plain, 100.0, 1.0, baseline=True)
+    out = io.StringIO()
+    render_rows(trial_rows(plain), "table", Console(file=out, width=250))
+    assert "MFU" not in out.getvalue() and "samples/s" in out.getvalue()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_end_of_search_summary_fits_the_terminal(width):
+    study = realistic_study()
+    settings = make_settings()
+    recommended, baseline = recommendation(study, settings)
+    ui = ConsoleUI()
+    out = io.StringIO()
+    ui.console = Console(file=out, width=width)
+    ui.summary(study, settings, recommended, baseline, None)
+    text = out.getvalue()
+    table = text[: text.index("trial(s) failed")]
+    complete = sorted((r for r in trial_rows(study, recommended.number) if r["state"] == "COMPLETE"), key=sort_key("throughput"))
+    check_table(table, width, shown_rows(complete), LABELS)
+    assert max(map(cell_len, text.splitlines())) <= width
+    assert f"recommended: trial {recommended.number}" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_live_view_fits_the_terminal_and_never_splits_a_value(width):
+    study = realistic_study()
+    out = io.StringIO()
+    ui = LiveUI(Console(file=out, force_terminal=True, width=width, color_system=None))
+    ui.search_started(make_settings(), len(study.trials))
+    for trial in study.trials:
+        ui.trial_finished(trial)
+    ui.stop()
+    text = plain(out.getvalue())
+    table = text[text.rindex("finished trials") :]  # the last frame
+    labels = {key: label for key, label, _ in LiveUI.COLUMNS}
+    rows = []
+    for row in trial_rows(study):
+        shown = {key: _fmt(key, row.get(key)) for key in labels if key != "status"}
+        shown["status"] = "FAIL: " + row["fail_reason"] if row["state"] == "FAIL" else ""
+        rows.append(shown)
+    left_out = check_table(table, width, rows, labels)
+    assert not {"#", "samples/s", "status", "batch", "precision"} & left_out
+    assert "best so far" in table and "FAIL: oom:" in table
+
+
+def test_a_pipe_takes_the_width_of_COLUMNS_else_160(tmp_path):
+    db = tmp_path / "s.db"
+    optuna.copy_study(from_study_name=(s := realistic_study()).study_name, from_storage=s._storage,
+                      to_storage=f"sqlite:///{db}", to_study_name="s")
+    narrow = run_cli(["show", db], cwd=tmp_path, env={"COLUMNS": "80"}, check_rc=0).stdout
+    # (the sentences under the table stay one line each, for grep)
+    table = narrow[: narrow.index("OOM frontier:")]
+    assert "left out to fit 80 columns" in table
+    check_table(table, 80, shown_rows(trial_rows(load_study(None, f"sqlite:///{db}")[0], recommended_number=1)), LABELS)
+    wide = run_cli(["show", db], cwd=tmp_path, env={"COLUMNS": ""}, check_rc=0).stdout
+    table = wide[: wide.index("OOM frontier:")]
+    assert "left out" not in table and 80 < max(map(cell_len, table.splitlines())) <= 160
+
+
+@pytest.fixture(scope="module")
+def long_study(tmp_path_factory):
+    """A study database whose ``show --format json`` is far longer than a pipe holds (64 KiB): two trials
+    store a loss curve of 3,000 points."""
+    study = realistic_study()
+    curve = [[64 * i, 2.0 / (i + 1)] for i in range(3000)]
+    add(study, 2000.0, 0.5, batch_size=32, attrs={"loss_curve": curve})
+    add(study, 2100.0, 0.5, batch_size=64, attrs={"loss_curve": curve})
+    db = tmp_path_factory.mktemp("pipe") / "long.db"
+    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage, to_storage=f"sqlite:///{db}", to_study_name="long")
+    return db
+
+
+def _autotune(args, **kwargs):
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_STORAGE", "PYTHONUNBUFFERED")}
+    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], env={**env, **kwargs.pop("env", {})},
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("fmt", ["table", "json", "yaml"])
+def test_output_into_a_pipe_whose_reader_has_gone_stops_quietly_with_141(long_study, fmt, buffered):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written: the first write fails
+    try:
+        proc = _autotune(["show", long_study, "--format", fmt], stdout=write_end, env={} if buffered else {"PYTHONUNBUFFERED": "1"})
+    finally:
+        os.close(write_end)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (EXIT_BROKEN_PIPE, "")  # no BrokenPipeError traceback, no "Exception ignored"
+
+
+def test_show_piped_into_a_reader_that_stops_after_one_line_stops_quietly(long_study):
+    proc = _autotune(["show", long_study, "--format", "json"], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == "[\n"  # the reader takes one line, as `| head -1`, and goes
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (EXIT_BROKEN_PIPE, "")
+    # the whole output is well over a pipe's 64 KiB, so the reader left before the end of it
+    whole = _autotune(["show", long_study, "--format", "json"], stdout=subprocess.PIPE)
+    out, _ = whole.communicate(timeout=120)
+    assert whole.returncode == 0 and len(out) > 256 * 1024 and len(json.loads(out)) == 9
+
+
+def test_a_broken_pipe_other_than_the_output_is_not_hidden(monkeypatch, capfd):
+    """Only standard output whose reader went away exits quietly; any other broken pipe is an error."""
+    from autotune import cli
+
+    def breaks(args):
+        raise BrokenPipeError(32, "Broken pipe")  # as a trial process's pipe would
+
+    monkeypatch.setitem(cli._COMMANDS, "show", breaks)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["show", "x.db"])
+    assert capfd.readouterr().out == ""
