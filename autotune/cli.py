@@ -299,6 +299,7 @@ def _cmd_export(args) -> int:
 def _cmd_report(args) -> int:
     from autotune.html_report import write_pngs, write_report
     from autotune.study import default_export_path, load_study, mask_url, recommendation
+    from autotune.study.options import file_stem
 
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty; give a file path such as report.html, or leave --out out")
@@ -308,7 +309,7 @@ def _cmd_report(args) -> int:
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
     recommended, baseline = recommendation(study, settings)
-    out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{study.study_name}.report.html")
+    out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{file_stem(study.study_name)}.report.html")
     figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}")
     drawn = [n for n, f in figures.items() if not isinstance(f, str)]
     print(f"report of study {study.study_name!r} ({len(drawn)} of {len(figures)} figures) written to {out}")

@@ -31,6 +31,7 @@ from autotune.study.options import (
     _env_pruner,
     check_out_path,
     check_search_options,
+    check_study_name,
     default_search,
     default_study_name,
     resolve_storage,
@@ -99,6 +100,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     if opts.out:
         check_out_path(Path(opts.out))
     study_name = opts.study_name or default_study_name(model_file)
+    check_study_name(study_name)
     storage_url = resolve_storage(opts.storage, study_name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
