@@ -1,7 +1,8 @@
 """Command line: ``autotune search | show | export | dashboard``.
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
-exit with code 1; Ctrl-C exits with 130 after printing the command that resumes the study.
+exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes
+the study (running trials are stored as interrupted).
 """
 
 from __future__ import annotations
@@ -356,23 +357,25 @@ def _stacks_on_sigusr1() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted."""
+    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 Ctrl-C, 143 SIGTERM."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    from autotune.errors import stop_on_sigterm, stopped_by
     from autotune.study import Interrupted
 
     _stacks_on_sigusr1()
+    stop_on_sigterm()
     try:
         return _COMMANDS[args.command](args)
     except Interrupted as e:
         print(f"\n{e}", file=sys.stderr)
-        return 130
+        return 130 if stopped_by() == "Ctrl-C" else 143
     except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+        print("\ninterrupted" if stopped_by() == "Ctrl-C" else f"\nstopped by {stopped_by()}", file=sys.stderr)
+        return 130 if stopped_by() == "Ctrl-C" else 143
     except UsageError as e:
         if args.debug:
             raise
