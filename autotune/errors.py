@@ -43,6 +43,10 @@ class StorageError(UsageError):
     """A storage URL or study database cannot be used."""
 
 
+class StudyNotFoundError(StorageError):
+    """The storage holds no such study yet (or, for SQLite, the database file does not exist)."""
+
+
 class StudyMismatchError(UsageError):
     """An existing study was created with settings that differ from the ones given now."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import StorageError
+from autotune.errors import StorageError, StudyNotFoundError
 
 __all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "is_transient", "mask_text", "mask_url", "open_storage"]
 
@@ -251,7 +251,7 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
         )
     if path is not None:
         if not create and not path.is_file():
-            raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
+            raise StudyNotFoundError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
         if path.is_dir():
             raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
         if create and not path.parent.exists():

@@ -16,7 +16,7 @@ import optuna
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.errors import StudyMismatchError, UsageError
+from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
@@ -352,6 +352,43 @@ def _leader(study, settings: StudySettings, node_rank: int | None, node_group: s
     return LeaderChannel(study, identity, num_nodes)
 
 
+#: Seconds a worker waits for its study to be created (``$AUTOTUNE_WORKER_WAIT``): workers may be
+#: started together with the ``search`` that creates the study (docs/scaling-out.md).
+WORKER_WAIT = 120.0
+
+
+def _wait_for_study(study_name: str | None, storage_url: str, ui: UI):
+    """:func:`load_study`, retried every second for up to ``$AUTOTUNE_WORKER_WAIT`` s (default
+    :data:`WORKER_WAIT`) while the study (or its SQLite file, or its settings) does not exist yet;
+    one line says the worker waits.
+
+    Raises:
+        StudyNotFoundError: Still no such study after the wait.
+        StorageError, UsageError: As :func:`load_study` (not waited on), or a bad ``$AUTOTUNE_WORKER_WAIT``.
+    """
+    raw = os.environ.get("AUTOTUNE_WORKER_WAIT", "")
+    try:
+        wait = float(raw) if raw else WORKER_WAIT
+    except ValueError:
+        wait = -1.0
+    if not wait >= 0:
+        raise UsageError(f"$AUTOTUNE_WORKER_WAIT={raw!r} must be a number of seconds >= 0 (how long a worker waits for its study)")
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            return load_study(study_name, storage_url)
+        except StudyNotFoundError as e:
+            if time.monotonic() >= deadline:
+                if not said:
+                    raise
+                raise StudyNotFoundError(f"{e} (after waiting {wait:g} s; $AUTOTUNE_WORKER_WAIT sets how long)") from None
+            if not said:
+                ui.info(f"waiting up to {wait:g} s for the study to be created ({e})")
+                said = True
+            time.sleep(1.0)
+
+
 def run_worker(
     storage_url: str,
     study_name: str | None,
@@ -378,7 +415,7 @@ def run_worker(
     if timeout is not None and not timeout > 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study, settings = load_study(study_name, storage_url)
+    study, settings = _wait_for_study(study_name, storage_url, ui)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
