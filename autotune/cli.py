@@ -1,8 +1,9 @@
 """Command line: ``autotune search | show | export | dashboard``.
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
-exit with code 1; Ctrl-C exits with 130 after printing the command that resumes the study; output
-into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141.
+exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes
+the study (running trials are stored as interrupted); output into a pipe whose reader went away
+(``autotune show STUDY | head``) stops quietly with code 141.
 """
 
 from __future__ import annotations
@@ -326,6 +327,7 @@ def _cmd_export(args) -> int:
 def _cmd_report(args) -> int:
     from autotune.html_report import write_pngs, write_report
     from autotune.study import default_export_path, load_study, mask_url, recommendation
+    from autotune.study.options import file_stem
 
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty; give a file path such as report.html, or leave --out out")
@@ -335,7 +337,7 @@ def _cmd_report(args) -> int:
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
     recommended, baseline = recommendation(study, settings)
-    out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{study.study_name}.report.html")
+    out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{file_stem(study.study_name)}.report.html")
     figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}")
     drawn = [n for n, f in figures.items() if not isinstance(f, str)]
     print(f"report of study {study.study_name!r} ({len(drawn)} of {len(figures)} figures) written to {out}")
@@ -393,7 +395,7 @@ EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 interrupted, 141
+    """Run the CLI. Returns the exit code: 0 ok, 1 failure, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 141
     (:data:`EXIT_BROKEN_PIPE`) when the reader of its standard output went away (``| head``): it stops
     quietly, without a traceback, as a tool that SIGPIPE ends (the recipe of Python's ``signal`` docs,
     "Note on SIGPIPE")."""
@@ -438,17 +440,19 @@ def _main(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from autotune.errors import stop_on_sigterm, stopped_by
     from autotune.study import Interrupted
 
     _stacks_on_sigusr1()
+    stop_on_sigterm()
     try:
         return _COMMANDS[args.command](args)
     except Interrupted as e:
         print(f"\n{e}", file=sys.stderr)
-        return 130
+        return 130 if stopped_by() == "Ctrl-C" else 143
     except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+        print("\ninterrupted" if stopped_by() == "Ctrl-C" else f"\nstopped by {stopped_by()}", file=sys.stderr)
+        return 130 if stopped_by() == "Ctrl-C" else 143
     except UsageError as e:
         if args.debug:
             _print_detail(e)

@@ -50,6 +50,10 @@ class StorageError(UsageError):
     """A storage URL or study database cannot be used."""
 
 
+class StudyNotFoundError(StorageError):
+    """The storage holds no such study yet (or, for SQLite, the database file does not exist)."""
+
+
 class StudyMismatchError(UsageError):
     """An existing study was created with settings that differ from the ones given now."""
 
@@ -149,7 +153,7 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
         "stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)",
         "nothing to do; --pruner none runs every trial to its end",
     ),
-    FailKind.INTERRUPTED: ("Ctrl-C stopped the trial", "resume with the command autotune printed"),
+    FailKind.INTERRUPTED: ("Ctrl-C or SIGTERM stopped the trial", "resume with the command autotune printed"),
     FailKind.NODE_LOST: (
         "another node of a multi-node trial sent no report",
         "check that every node of the group runs autotune worker --node-rank K",
@@ -157,11 +161,35 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
 }
 
 
+#: What stops this process when a ``KeyboardInterrupt`` arrives: ``"Ctrl-C"``, or ``"SIGTERM"``
+#: once :func:`autotune.cli.main`'s handler turned a SIGTERM (``kill``, a SLURM time limit, a
+#: Kubernetes eviction) into one. Read through :func:`stopped_by`.
+_STOPPED_BY = ["Ctrl-C"]
+
+
+def stopped_by() -> str:
+    """``"Ctrl-C"`` or ``"SIGTERM"``: what interrupts this process (see :data:`_STOPPED_BY`)."""
+    return _STOPPED_BY[0]
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop this process as Ctrl-C does: a ``KeyboardInterrupt`` in the main thread, so
+    running trials are stored as interrupted and the resume command is printed; :func:`stopped_by`
+    then says ``SIGTERM``. A second SIGTERM ends the process at once (the default action)."""
+    import signal
+
+    def handler(signum, frame) -> None:
+        _STOPPED_BY[0] = "SIGTERM"
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 class Interrupted(AutotuneError):
-    """The user pressed Ctrl-C; ``resume`` is the command that continues the study."""
+    """Ctrl-C or SIGTERM stopped the run; ``resume`` is the command that continues the study."""
 
     def __init__(self, resume: str):
-        super().__init__(
-            f"interrupted; finished trials are kept. Resume with:\n  {resume}" if resume else "interrupted; finished trials are kept"
-        )
+        what = "interrupted" if stopped_by() == "Ctrl-C" else f"stopped by {stopped_by()}"
+        super().__init__(f"{what}; finished trials are kept. Resume with:\n  {resume}" if resume else f"{what}; finished trials are kept")
         self.resume = resume

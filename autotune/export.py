@@ -12,7 +12,9 @@ figures, the hardware and the versions.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -192,13 +194,34 @@ def render_yaml(document: Mapping[str, Any], header: list[str], notes: list[str]
 
     Floats are written with full precision (``yaml.safe_dump`` round-trips them exactly).
     """
-    lines = [f"# {line}" if line else "#" for line in header]
+    lines = [f"# {one_line(line)}" if line else "#" for line in header]
     body = yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False)
     text = "\n".join(lines) + "\n" + body
     if notes:
         text += "# autotune: values LightningCLI cannot set, to apply by hand:\n"
-        text += "".join(f"#   {note}\n" for note in notes)
+        text += "".join(f"#   {one_line(note)}\n" for note in notes)
     return text
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, creating it (and missing folders) readable by its owner
+    only: files ``0600`` and folders ``0700``, less what the user's umask also removes. A file that
+    exists keeps its mode. Study exports and reports hold the user's configs and paths.
+
+    Raises:
+        OSError: As ``open`` does.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def one_line(text: object) -> str:
+    """``text`` with every line break and other non-printable character written as its Python escape
+    (a newline becomes the two characters ``\\n``), so that a value (a study name, a monitor) cannot end the YAML
+    comment or Markdown line it is written into and start a key of its own."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def config_from_lightning_cli(

@@ -439,7 +439,9 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
             parts.append(pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=f"figure-{name}"))
     parts.append("</body></html>")
     try:
-        out.write_text("\n".join(parts), encoding="utf-8")
+        from autotune.export import write_private
+
+        write_private(out, "\n".join(parts))
     except OSError as e:
         raise UsageError(f"cannot write the report to {str(out)!r}: {e.strerror or e}; give another --out") from None
     return figures

@@ -157,9 +157,15 @@ CLUSTER_VARIABLES = (
 )
 
 
+#: Variables a trial process is not given: the study's storage URL, which may hold the database's
+#: password (the user's model code runs in the trial process and needs no access to the study).
+SECRET_VARIABLES = ("AUTOTUNE_STORAGE",)
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a trial process: this one's, less :data:`CLUSTER_VARIABLES`, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARIABLES}
+    """The environment of a trial process: this one's, less :data:`CLUSTER_VARIABLES` and
+    :data:`SECRET_VARIABLES`, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARIABLES and k not in SECRET_VARIABLES}
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     # the trial imports autotune from wherever this process did

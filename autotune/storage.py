@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import threading
 import time
@@ -28,9 +29,18 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import StorageError
+from autotune.errors import StorageError, StudyNotFoundError
 
-__all__ = ["RETRY_SECONDS", "ResilientRDBStorage", "check_storage_url", "check_writable", "is_transient", "mask_url", "open_storage"]
+__all__ = [
+    "RETRY_SECONDS",
+    "ResilientRDBStorage",
+    "check_storage_url",
+    "check_writable",
+    "is_transient",
+    "mask_text",
+    "mask_url",
+    "open_storage",
+]
 
 #: Seconds between a running trial's heartbeats, and after which a silent trial is stale
 #: (environment variables ``AUTOTUNE_HEARTBEAT_INTERVAL`` and ``AUTOTUNE_HEARTBEAT_GRACE``).
@@ -105,7 +115,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                 with self._outage_lock:
                     if self._down_since is None:
                         self._down_since = now
-                        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                        first = mask_text(str(e).splitlines()[0] if str(e) else type(e).__name__, getattr(self, "url", ""))
                         print(
                             f"warning: {self._label} is unreachable ({first[:160]}); retrying for up to {self._retry_seconds:g} s",
                             file=sys.stderr,
@@ -179,19 +189,63 @@ def check_writable(url: str) -> None:
         )
 
 
+#: Query parameters that carry a credential in a database URL (libpq's ``password``/``sslpassword``,
+#: MySQL drivers' ``passwd``/``pwd``, tokens); any key containing one of these words is masked.
+_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
+_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&;]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&;]*=)[^&;#]*")
+
+
+def _is_secret(key: str) -> bool:
+    return any(word in key.lower() for word in _SECRET_WORDS)
+
+
+def _secrets(url: str) -> list[str]:
+    """The credential values in ``url`` (its password and secret query values), to scrub from messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if _is_secret(key):
+            found += [value] if isinstance(value, str) else list(value)
+    return [str(v) for v in found if v and len(str(v)) >= 3]
+
+
+def mask_text(text: str, url: str) -> str:
+    """``text`` with ``url`` and each credential in it replaced by their masked forms."""
+    if not url:
+        return text
+    text = text.replace(url, mask_url(url))
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
 def mask_url(url: str) -> str:
-    """The storage URL with any password replaced by ``***``."""
-    if "://" not in url or "@" not in url:
+    """The storage URL with every credential replaced by ``***``.
+
+    Masks the password of ``user:password@host`` and the value of every query parameter whose name
+    holds a credential word (``?password=``, ``?host=..&user=..&password=..``, ``sslpassword``,
+    ``passwd``, ``pwd``, ``token``, ``secret``), as SQLAlchemy's ``make_url`` parses them; a URL
+    SQLAlchemy cannot parse is masked by pattern.
+    """
+    if "://" not in url:
         return url
     try:
         from sqlalchemy.engine import make_url
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a SQLAlchemy URL: mask user:password@ by hand
+        parsed = make_url(url)
+        query = {k: ("***" if _is_secret(k) else v) for k, v in parsed.query.items()}
+        return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+    except Exception:  # not a SQLAlchemy URL: mask user:password@ and secret query values by pattern
         scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}"
+        if "@" in rest.split("/", 1)[0]:
+            creds, host = rest.split("@", 1)
+            rest = f"{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else rest
+        return _SECRET_QUERY.sub(r"\1***", f"{scheme}://{rest}")
 
 
 def _heartbeat_kwargs() -> dict[str, Any]:
@@ -240,7 +294,7 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
         )
     if path is not None:
         if not create and not path.is_file():
-            raise StorageError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
+            raise StudyNotFoundError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
         if path.is_dir():
             raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
         if create and not path.parent.exists() and path.parent != Path("studies"):
@@ -288,11 +342,21 @@ def _unknown_scheme(backend: str, driver: str) -> str:
     return f"SQLAlchemy has no URL scheme {backend!r}; {hint}"
 
 
+def _create_private(path: Path) -> None:
+    """Create an empty SQLite file readable by its owner only (``0600`` less the umask); SQLite's
+    journal and WAL files copy the database file's mode. An error is left for SQLite to report."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        pass
+
+
 def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     """An Optuna RDB storage for ``url``.
 
     SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
-    (any other folder must exist). Calls ride out a database that is briefly unreachable
+    (any other folder must exist). A new SQLite file is created readable by its owner only (``0600``,
+    the ``studies/`` folder ``0700``, less what the umask also removes). Calls ride out a database that is briefly unreachable
     (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
     silent for the grace period is failed as stale and retried once (processes that run trials).
 
@@ -307,7 +371,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     engine_kwargs: dict[str, Any] = {}
     if path is not None:
         if create and not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create and not path.exists():
+            _create_private(path)
         engine_kwargs = {"connect_args": {"timeout": 60}}
     import warnings
 
@@ -322,7 +388,7 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
                     url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {})
                 )
         except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
-            detail = (str(e).splitlines()[0] if str(e) else type(e).__name__).replace(url, masked)
+            detail = mask_text(str(e).splitlines()[0] if str(e) else type(e).__name__, url)
             if "upgrade" in str(e) and "storage" in str(e):
                 raise StorageError(
                     f"the database {masked!r} was made by an older Optuna and needs a schema upgrade; back it up, then run: "

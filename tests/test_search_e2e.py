@@ -417,7 +417,9 @@ def test_memory_model_caps_the_batch_sizes_at_the_limit(tmp_path, cli):
     assert "--memory-margin must be a fraction in [0, 1)" in r.stderr
 
 
-def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
+@pytest.mark.parametrize("stop, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tmp_path, stop, code, name):
+    """SIGTERM (kill, a SLURM time limit, a Kubernetes eviction) is handled as Ctrl-C is."""
     db = tmp_path / "int.db"
     env = {**os.environ, "TINY_FAULTS": "1:hang"}
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", str(MODELS / "tiny.py"), "--trials", "3", "--samples", "512",
@@ -434,7 +436,7 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
     time.sleep(5)  # let trial 1 reach its hang
     proc.send_signal(signal.SIGUSR1)  # prints the search's stacks and goes on
     time.sleep(1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # say where it hangs: autotune prints its threads' stacks on SIGUSR1
@@ -447,13 +449,14 @@ def test_ctrl_c_keeps_finished_trials_and_prints_the_resume_command(tmp_path):
         except subprocess.TimeoutExpired:  # a process left behind holds the pipes
             err = "(the pipes stayed open after the search was killed)"
         diag = "\n".join(line for line in processes.splitlines() if "python" in line)
-        raise AssertionError(f"no exit within 60 s of SIGINT\n{diag}\n--- stderr\n{err[-6000:]}") from None
-    assert proc.returncode == 130, err
+        raise AssertionError(f"no exit within 60 s of {name}\n{diag}\n--- stderr\n{err[-6000:]}") from None
+    assert proc.returncode == code, err
     assert "Resume with:" in err and "autotune worker --study-name tiny --storage" in err
     assert "most recent call first" in err.split("Resume with:")[0]  # the SIGUSR1 stacks came first
     trials = load(db, "tiny").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]  # the queued trial stays for the resume
     assert trials[1].user_attrs["fail_kind"] == "interrupted"
+    assert trials[1].user_attrs["fail_reason"] == f"interrupted: {name} in the autotune process"
     assert not _group_alive(trials[1].user_attrs["process_group"])  # the interrupted trial's processes are gone
 
 

@@ -60,22 +60,35 @@ def _wait_for_study(url, name, timeout=120):
 
 @requires_postgres
 def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fresh_database):
-    # the search and two workers start together on an empty database: nobody may trip over table creation
+    # two workers and the search start together on an empty database (workers first, as a job script
+    # may): the workers wait for the study, and nobody trips over table creation
+    workers = [_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path) for _ in range(2)]
     search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--storage", fresh_database, "--study-name", "shared",
                      "--out", tmp_path / "shared.yaml"], tmp_path)
-    workers = []
-    for _ in range(2):
-        # a worker started before the study exists fails with a clear error; start them once it does
-        _wait_for_study(fresh_database, "shared")
-        workers.append(_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path))
     outputs = [p.communicate(timeout=600) for p in [search, *workers]]
     for proc, (_out, err) in zip([search, *workers], outputs):
         assert proc.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="shared", storage=fresh_database)
     assert len(study.trials) == 12 and all(t.state.name == "COMPLETE" for t in study.trials), [t.state.name for t in study.trials]
     assert sum(t.user_attrs["baseline"] for t in study.trials) == 1
+    assert all("waiting up to 120 s for the study to be created" in out for out, _ in outputs[1:]), [out[:500] for out, _ in outputs[1:]]
     ran_by = [int(line.split()[2]) for _, (out, _) in zip(workers, outputs[1:]) for line in out.splitlines() if line.startswith("worker ran")]
     assert len(ran_by) == 2 and sum(ran_by) <= 11  # the search process ran the rest
+
+
+def test_a_worker_waits_a_bounded_time_for_its_study(tmp_path):
+    start = time.monotonic()
+    proc = _spawn(["worker", "--storage", f"sqlite:///{tmp_path}/never.db", "--study-name", "never"], tmp_path,
+                  env={"AUTOTUNE_WORKER_WAIT": "3"})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "waiting up to 3 s for the study to be created" in out
+    assert "does not exist" in err and "after waiting 3 s; $AUTOTUNE_WORKER_WAIT sets how long" in err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - start >= 3
+    proc = _spawn(["worker", "--storage", f"sqlite:///{tmp_path}/never.db"], tmp_path, env={"AUTOTUNE_WORKER_WAIT": "soon"})
+    assert proc.communicate(timeout=60)[1].strip() == (
+        "autotune: error: $AUTOTUNE_WORKER_WAIT='soon' must be a number of seconds >= 0 (how long a worker waits for its study)"
+    )
 
 
 @requires_postgres

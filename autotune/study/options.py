@@ -175,9 +175,39 @@ def default_study_name(model_file: str | Path) -> str:
     return path.parent.name if path.stem == "model" else path.stem
 
 
+#: Longest study name autotune creates, in characters (file names derived from it add up to 12).
+MAX_STUDY_NAME = 128
+
+
+def check_study_name(name: str) -> None:
+    """Check a new study's name: it names files (``studies/<name>.db``, ``<name>.best.yaml``) and is
+    written into the export's header, so it must be a plain name.
+
+    Raises:
+        UsageError: ``name`` is empty or longer than :data:`MAX_STUDY_NAME`, starts with ``.``, or
+            holds a path separator or a control character (a newline, a tab).
+    """
+    fix = "give --study-name a plain name such as 'digits' or 'resnet50-a100' (letters, digits, '-', '_', '.')"
+    if not name or len(name) > MAX_STUDY_NAME:
+        raise UsageError(f"study name {name!r} must be 1 to {MAX_STUDY_NAME} characters; {fix}")
+    if name.startswith("."):
+        raise UsageError(f"study name {name!r} starts with '.', which would make hidden or parent-folder files; {fix}")
+    bad = sorted({c for c in name if c in "/\\" or c == os.sep or not c.isprintable()})
+    if bad:
+        raise UsageError(f"study name {name!r} holds {''.join(bad)!r} (a path separator or control character); {fix}")
+
+
+def file_stem(study_name: str) -> str:
+    """The study's name made safe as a file name in its folder: path separators, control characters
+    and a leading ``.`` become ``_`` (names :func:`check_study_name` accepts are unchanged; names
+    made elsewhere, for example by another tool in a shared database, never leave the folder)."""
+    stem = "".join("_" if c in "/\\" or c == os.sep or not c.isprintable() else c for c in study_name[:MAX_STUDY_NAME])
+    return "_" + stem[1:] if stem.startswith(".") else stem or "_"
+
+
 def default_storage(study_name: str) -> str:
-    """``sqlite:///studies/<name>.db``, relative to the working directory."""
-    return f"sqlite:///studies/{study_name}.db"
+    """``sqlite:///studies/<name>.db``, relative to the working directory (the name made safe by :func:`file_stem`)."""
+    return f"sqlite:///studies/{file_stem(study_name)}.db"
 
 
 def resolve_storage(storage: str | None, study_name: str) -> str:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrialConfig
-from autotune.export import lightning_cli_config, render_yaml, training_length_line
+from autotune.export import lightning_cli_config, one_line, render_yaml, training_length_line, write_private
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import _sqlite_path, mask_url
-from autotune.study.options import check_out_path
+from autotune.study.options import check_out_path, file_stem
 from autotune.study.records import _budget, confirmation, confirmed_speed
 from autotune.study.settings import StudySettings
 from autotune.summary import (
@@ -28,10 +28,11 @@ from autotune.ui import UI
 
 
 def default_export_path(storage_url: str, study_name: str) -> Path:
-    """``<folder of the SQLite file>/<name>.best.yaml``, or ``studies/<name>.best.yaml``."""
+    """``<folder of the SQLite file>/<name>.best.yaml``, or ``studies/<name>.best.yaml`` (the name
+    made safe as a file name by :func:`autotune.study.options.file_stem`)."""
     path = _sqlite_path(storage_url)
     folder = path.parent if path is not None else Path("studies")
-    return folder / f"{study_name}.best.yaml"
+    return folder / f"{file_stem(study_name)}.best.yaml"
 
 
 def _versions() -> str:
@@ -91,8 +92,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         "",
     ]
     check_out_path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_yaml(doc, header, notes))
+    write_private(out, render_yaml(doc, header, notes))
     return out
 
 
@@ -105,13 +105,13 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> N
 
     config = trial.user_attrs["config"]
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
-    rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in config.items())
+    rows = "\n".join(f"| `{one_line(k)}` | `{one_line(v).replace('|', '&#124;')}` |" for k, v in config.items())
     note = (
         f"## autotune recommendation: trial {trial.number}\n\n"
         f"**{sps:,.0f} samples/s**, {sps / b_sps:.2f}x the baseline (trial {baseline.number}, {b_sps:,.0f} samples/s); "
-        f"{trial.user_attrs.get('loss_source')} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
+        f"{one_line(trial.user_attrs.get('loss_source'))} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
         f"(tolerance {settings.loss_tolerance:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
-        f"Exported to `{export_path}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
+        f"Exported to `{one_line(export_path)}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
     for line in (quality_line(trial, baseline), input_bound_line(trial, settings, study.get_trials(deepcopy=False))):
         if line:

@@ -21,11 +21,12 @@ def _budget(attrs: Mapping[str, Any], settings: StudySettings) -> int:
     return int(attrs.get("confirm_samples") or attrs.get("trial_samples") or settings.samples)
 
 
-def records_of(study) -> list:
-    """:class:`~autotune.objective.TrialRecord` of every trial of a study."""
+def records_of(study, trials: list | None = None) -> list:
+    """:class:`~autotune.objective.TrialRecord` of every trial of a study (of ``trials``, a snapshot
+    of ``study.get_trials()``, when given)."""
 
     out = []
-    for t in study.get_trials(deepcopy=False):
+    for t in study.get_trials(deepcopy=False) if trials is None else trials:
         attrs = t.user_attrs
         out.append(
             TrialRecord(
@@ -76,13 +77,17 @@ def full_budget_trials(trials) -> list:
     ]
 
 
-def _search_records(study) -> list:
+def _search_records(study, trials: list | None = None) -> list:
     """:func:`records_of` without confirmation runs and stage-1 runs (their other budgets make them
-    incomparable) and duplicates (their figures are another trial's)."""
-    every = study.get_trials(deepcopy=False)
+    incomparable) and duplicates (their figures are another trial's).
+
+    Every query that indexes trials by number reads the study once (``trials``, else a fresh
+    snapshot) and takes numbers only from that read: other processes add trials all the time, so
+    numbers from a later read can be past the end of an earlier one."""
+    every = study.get_trials(deepcopy=False) if trials is None else trials
     return [
         r
-        for r in records_of(study)
+        for r in records_of(study, every)
         if "confirm_of" not in every[r.number].user_attrs
         and "duplicate_of" not in every[r.number].user_attrs
         and "trial_samples" not in every[r.number].user_attrs
@@ -115,7 +120,7 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     if baseline_info is None:
         return []
     every = study.get_trials(deepcopy=False)
-    remaining = _search_records(study)
+    remaining = _search_records(study, every)
     seen = [every[baseline_info["trial"]].params]
     picked: list[Any] = []
     while len(picked) < k:
@@ -129,14 +134,17 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     return picked
 
 
-def confirmation(study, settings: StudySettings):
+def confirmation(study, settings: StudySettings, trials: list | None = None):
     """The confirmation groups of the study's latest confirmation budget, and the :class:`autotune.confirm.Pick`.
+
+    Args:
+        trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
         ``(groups, pick, samples)``, or ``None`` when the study has no confirmation run.
     """
 
-    every = study.get_trials(deepcopy=False)
+    every = study.get_trials(deepcopy=False) if trials is None else trials
     runs = [t for t in every if "confirm_of" in t.user_attrs]
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if not runs or baseline_info is None:
@@ -186,16 +194,17 @@ def recommendation(study, settings: StudySettings):
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
         return None, None
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    every = study.get_trials(deepcopy=False)
+    trials = {t.number: t for t in every}
     baseline = trials.get(baseline_info["trial"])
-    confirmed = confirmation(study, settings)
+    confirmed = confirmation(study, settings, every)
     if confirmed is not None:
         groups, choice, _ = confirmed
         base_group = next((g for g in groups if g.baseline), None)
         if base_group is not None and base_group.median_run() is not None:
             baseline = trials[base_group.median_run()]
         return (trials[choice.chosen.median_run()] if choice.chosen else None), baseline
-    best = recommend(_search_records(study), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
+    best = recommend(_search_records(study, every), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
     return (trials[best.number] if best else None), baseline
 
 

@@ -16,7 +16,7 @@ import optuna
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.errors import StudyMismatchError, UsageError
+from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
 from autotune.jobs import machine_slots
@@ -33,6 +33,7 @@ from autotune.study.options import (
     _env_pruner,
     check_out_path,
     check_search_options,
+    check_study_name,
     default_search,
     default_study_name,
     resolve_storage,
@@ -101,6 +102,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     if opts.out:
         check_out_path(Path(opts.out))
     study_name = opts.study_name or default_study_name(model_file)
+    check_study_name(study_name)
     storage_url = resolve_storage(opts.storage, study_name)
     check_storage_url(storage_url)  # before the model is inspected
     check_writable(storage_url)  # a read-only database is known at once
@@ -356,6 +358,43 @@ def _leader(study, settings: StudySettings, node_rank: int | None, node_group: s
     return LeaderChannel(study, identity, num_nodes)
 
 
+#: Seconds a worker waits for its study to be created (``$AUTOTUNE_WORKER_WAIT``): workers may be
+#: started together with the ``search`` that creates the study (docs/scaling-out.md).
+WORKER_WAIT = 120.0
+
+
+def _wait_for_study(study_name: str | None, storage_url: str, ui: UI):
+    """:func:`load_study`, retried every second for up to ``$AUTOTUNE_WORKER_WAIT`` s (default
+    :data:`WORKER_WAIT`) while the study (or its SQLite file, or its settings) does not exist yet;
+    one line says the worker waits.
+
+    Raises:
+        StudyNotFoundError: Still no such study after the wait.
+        StorageError, UsageError: As :func:`load_study` (not waited on), or a bad ``$AUTOTUNE_WORKER_WAIT``.
+    """
+    raw = os.environ.get("AUTOTUNE_WORKER_WAIT", "")
+    try:
+        wait = float(raw) if raw else WORKER_WAIT
+    except ValueError:
+        wait = -1.0
+    if not wait >= 0:
+        raise UsageError(f"$AUTOTUNE_WORKER_WAIT={raw!r} must be a number of seconds >= 0 (how long a worker waits for its study)")
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            return load_study(study_name, storage_url)
+        except StudyNotFoundError as e:
+            if time.monotonic() >= deadline:
+                if not said:
+                    raise
+                raise StudyNotFoundError(f"{e} (after waiting {wait:g} s; $AUTOTUNE_WORKER_WAIT sets how long)") from None
+            if not said:
+                ui.info(f"waiting up to {wait:g} s for the study to be created ({e})")
+                said = True
+            time.sleep(1.0)
+
+
 def run_worker(
     storage_url: str,
     study_name: str | None,
@@ -384,7 +423,7 @@ def run_worker(
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1 (trials at once), got {jobs}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study, settings = load_study(study_name, storage_url)
+    study, settings = _wait_for_study(study_name, storage_url, ui)
     check_writable(storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():

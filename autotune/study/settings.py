@@ -13,7 +13,7 @@ import optuna
 
 from autotune import __version__
 from autotune.config import TrialConfig
-from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.hardware import Hardware, unsupported_precisions
 from autotune.jobs import ENV_OVERSUBSCRIBE, machine_slots, usable_cpus
 from autotune.lightning_cli import find_cli_class
@@ -186,23 +186,24 @@ def load_study(study_name: str | None, storage_url: str):
         ``(study, settings)``.
 
     Raises:
-        StorageError: The storage cannot be opened, or holds no such study (the message lists them).
+        StorageError: The storage cannot be opened.
+        StudyNotFoundError: The storage (or SQLite file) holds no such autotune study yet (the message lists those there).
     """
 
     storage = open_storage(storage_url, create=False)
     names = _study_names(storage)
     if study_name is None:
         if not names:
-            raise StorageError(f"{mask_url(storage_url)} holds no study; run `autotune search` first")
+            raise StudyNotFoundError(f"{mask_url(storage_url)} holds no study; run `autotune search` first")
         if len(names) != 1:
             raise StorageError(f"{mask_url(storage_url)} holds {len(names)} studies {names}; name one: autotune show NAME --storage URL")
         study_name = names[0]
     if study_name not in names:
-        raise StorageError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
+        raise StudyNotFoundError(f"no study {study_name!r} in {mask_url(storage_url)}; studies there: {names or 'none'}")
     study = optuna.load_study(study_name=study_name, storage=storage)
     settings = settings_of(study)
     if settings is None:
-        raise StorageError(f"study {study_name!r} was not made by autotune (it has no {SETTINGS_ATTR!r} settings)")
+        raise StudyNotFoundError(f"study {study_name!r} was not made by autotune (it has no {SETTINGS_ATTR!r} settings)")
     return study, settings
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
-from autotune.errors import FailKind, UsageError
+from autotune.errors import FailKind, UsageError, stopped_by
 from autotune.study.records import _budget
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
@@ -307,5 +307,5 @@ def _fail_interrupted(study, number: int) -> None:
         return
     trial = trial_of(study, frozen)
     trial.set_user_attr("fail_kind", FailKind.INTERRUPTED)
-    trial.set_user_attr("fail_reason", "interrupted: Ctrl-C in the autotune process")
+    trial.set_user_attr("fail_reason", f"interrupted: {stopped_by()} in the autotune process")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -13,7 +13,7 @@ from typing import Any, cast
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.errors import AutotuneError, FailKind
+from autotune.errors import AutotuneError, FailKind, stopped_by
 from autotune.optuna_compat import heartbeat_interval, record_heartbeat
 from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
@@ -163,7 +163,7 @@ def _train(
 def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_baseline: bool, ui: UI, ctx: _RunContext, slot) -> None:
     """Tell the study how the trial ended: pruned by the watcher, interrupted by Ctrl-C, or its figures."""
     if ctx.stop.is_set() and not outcome.ok:
-        outcome.fail_kind, outcome.fail_reason = FailKind.INTERRUPTED, "interrupted: Ctrl-C in the autotune process"
+        outcome.fail_kind, outcome.fail_reason = FailKind.INTERRUPTED, f"interrupted: {stopped_by()} in the autotune process"
     pruned = ctx.pruned.pop(trial.number, None)
     try:
         if pruned is not None and not outcome.ok:

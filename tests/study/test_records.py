@@ -185,3 +185,35 @@ def test_with_confirmation_optunas_best_trial_is_the_fastest_single_run_not_the_
     recommended, _ = recommendation(study, _settings(study))
     assert recommended.number == runs[2].number  # trial 2's config, its median run
     assert study.best_trial.number == 1  # the single fastest feasible trial
+
+class _GrowingStudy:
+    """A study that another process adds a completed, faster trial to before every read of its trials
+    (how the worker's ``IndexError`` in ``_search_records`` arose: numbers from a later read used to
+    index an earlier one)."""
+
+    def __init__(self, study):
+        self._study = study
+
+    def __getattr__(self, name):
+        return getattr(self._study, name)
+
+    def get_trials(self, *args, **kwargs):
+        add(self._study, 1000.0 + len(self._study.trials), 1.0, batch_size=64)
+        return self._study.get_trials(*args, **kwargs)
+
+
+def test_queries_read_the_trials_once_while_other_processes_add_trials():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 200.0, 1.0, batch_size=32)
+    growing = _GrowingStudy(study)
+    records = _search_records(growing)
+    assert [r.number for r in records] == list(range(len(records)))  # one snapshot: numbers 0..n-1, no gap, no IndexError
+    candidates = confirm_candidates(growing, _settings(study), 2)
+    assert candidates and all(c.user_attrs["samples_per_sec"] >= 200.0 for c in candidates)
+    recommended, baseline = recommendation(growing, _settings(study))
+    assert recommended is not None and recommended.user_attrs["samples_per_sec"] > 1000.0 and baseline.number == 0
+    confirm(study, recommended.number, [2000.0, 2100.0, 2200.0])
+    confirm(study, 0, [100.0, 100.0, 100.0])
+    recommended, baseline = recommendation(growing, _settings(study))
+    assert recommended is not None and baseline is not None
