@@ -12,7 +12,9 @@ import optuna
 
 from autotune.config import TrialConfig
 from autotune.confirm import ConfirmGroup, pick
+from autotune.errors import UsageError
 from autotune.objective import TrialRecord, directions, recommend
+from autotune.samplers import grid_space
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -106,6 +108,36 @@ def _measured_before(study, number: int, config: TrialConfig, budget: int):
         ):
             return t
     return None
+
+
+def configs_left(study, resolved: Mapping[str, Any]) -> tuple[int, int] | None:
+    """How many distinct configs a discrete space has, and how many of them trials ran already.
+
+    A config counts as run once a search trial at the study's own budget has its params, whatever
+    its state (a failed or pruned config is not a new config either); confirmation runs and short
+    stage-1 runs (another budget) do not count, nor do queued trials whose params are not sampled yet.
+
+    Args:
+        study: The study.
+        resolved: Its resolved space (``settings.space``).
+
+    Returns:
+        ``(configs in the space, configs run)``, or ``None`` when a knob is a continuous range (the
+        space has no end).
+    """
+    try:
+        grid = grid_space(resolved)
+    except UsageError:
+        return None
+    size = math.prod(len(values) for values in grid.values())
+    run = set()
+    for t in study.get_trials(deepcopy=False):
+        if not t.params or "confirm_of" in t.user_attrs or "trial_samples" in t.user_attrs:
+            continue
+        point = tuple(t.params.get(name) for name in grid)
+        if all(value in grid[name] for value, name in zip(point, grid)):
+            run.add(point)
+    return size, len(run)
 
 
 def confirm_candidates(study, settings: StudySettings, k: int) -> list:
