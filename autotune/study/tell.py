@@ -83,6 +83,7 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
     attrs.update(_overhead(outcome))
     attrs["wall_seconds"] = outcome.wall_seconds
     attrs["ranks"] = _rank_attrs(outcome)
+    attrs["log"] = outcome.log  # the end of its output (autotune show STUDY N --log)
     kind, reason = outcome.fail_kind, outcome.fail_reason
     values = constraint = None
     if kind is None:
@@ -232,6 +233,7 @@ _NOT_COPIED = {
     "screen",
     "ranks",
     "log_tail",
+    "log",
     "launch",
     "slot",
     "shared_host",

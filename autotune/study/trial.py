@@ -168,6 +168,7 @@ def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_bas
         if pruned is not None and not outcome.ok:
             trial.set_user_attr("fail_kind", FailKind.PRUNED)
             trial.set_user_attr("fail_reason", pruned)
+            trial.set_user_attr("log", outcome.log)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             _tell(study, trial, outcome, settings, is_baseline, ctx, slot)
