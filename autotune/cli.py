@@ -26,6 +26,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _trial_number(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a trial number (0, 1, ...), got {text!r}")
+    return number
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -192,7 +202,13 @@ def _add_study_commands(sub, common: argparse.ArgumentParser) -> None:
         p.add_argument("study", help="study name (with --storage), or a study database path such as studies/digits.db")
         _add_storage(p)
         if name == "show":
+            p.add_argument("trial", nargs="?", type=_trial_number, help="a trial number: show only that trial")
             p.add_argument("--format", choices=("table", "json", "yaml"), default="table")
+            p.add_argument(
+                "--log",
+                action="store_true",
+                help="print the trial's own output instead (stdout and stderr, its last 32 KiB); needs a trial number",
+            )
         else:
             p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
 
@@ -284,14 +300,34 @@ def _cmd_show(args) -> int:
     from autotune.report import render_rows, trial_rows
     from autotune.study import load_study, recommendation
 
+    if args.log and args.trial is None:
+        raise UsageError(f"--log prints one trial's output: give its number, e.g. `autotune show {args.study} 0 --log`")
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
+    trials = None
+    if args.trial is not None:
+        from autotune.study.records import trial_log
+
+        every = study.get_trials(deepcopy=False)
+        if args.trial >= len(every):
+            raise UsageError(
+                f"study {study.study_name!r} has no trial {args.trial} "
+                + (f"(its trials are 0..{len(every) - 1})" if every else "(it has no trial yet)")
+            )
+        if args.log:
+            log = trial_log(every[args.trial], study.study_name)
+            if log:
+                sys.stdout.write(log if log.endswith("\n") else log + "\n")
+            else:
+                print(f"(trial {args.trial} printed nothing)", file=sys.stderr)
+            return 0
+        trials = [every[args.trial]]
     recommended, _ = recommendation(study, settings)
-    rows = trial_rows(study, recommended.number if recommended else None, full=args.format != "table")
+    rows = trial_rows(study, recommended.number if recommended else None, full=args.format != "table", trials=trials)
     text = render_rows(rows, args.format, title=f"study {study.study_name}")
     if text is not None:
         print(text)
-    else:
+    elif trials is None:
         from autotune.study import confirmation, oom_frontier
         from autotune.study.bounds import epoch_lines
         from autotune.summary import confirmation_lines, frontier_lines

@@ -58,7 +58,7 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
     """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML).
 
     With ``full``, every user attribute of the trial is included too (loss curve, rank configs,
-    timings, ``log_tail`` of a failed trial, ...). ``trials`` (frozen trials) replaces the study's.
+    timings, ``log_tail`` of a failed trial, ...), but its output (``log``, long). ``trials`` (frozen trials) replaces the study's.
     """
     rows = []
     for t in trials if trials is not None else study.get_trials(deepcopy=False):
@@ -108,7 +108,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             }
         )
         if full:
-            rows[-1] = {**rows[-1], "params": dict(t.params), "user_attrs": dict(attrs)}
+            # (the trial's output is left out: `autotune show STUDY N --log` prints it)
+            rows[-1] = {**rows[-1], "params": dict(t.params), "user_attrs": {k: v for k, v in attrs.items() if k != "log"}}
     return rows
 
 

@@ -24,10 +24,19 @@ from typing import Any
 from autotune.errors import AutotuneError, FailKind, UsageError
 from autotune.rank_report import RankReport, read_rank_reports
 
-__all__ = ["TrialOutcome", "classify", "inspect_process", "kill_group", "run_trial_process", "trial_spec"]
+__all__ = ["TrialOutcome", "classify", "inspect_process", "kept_log", "kill_group", "run_trial_process", "trial_spec"]
 
-#: Lines of a failed trial's log kept on the trial.
+#: Lines of a failed trial's log kept on the trial (``log_tail``, shown with its reason).
 LOG_TAIL_LINES = 20
+
+#: Bytes of every trial's output (stdout and stderr together, all ranks) kept on the trial (user
+#: attribute ``log``, ``autotune show STUDY N --log``): its last 32 KiB, in the study's storage so that
+#: a PostgreSQL study shared by many machines has it too.
+LOG_KEEP_BYTES = 32 * 1024
+
+#: Most bytes the kept output may take as the JSON Optuna stores (its escapes of control and non-ASCII
+#: characters included): under MySQL's 65,535-byte TEXT, the smallest column an Optuna storage gives it.
+_LOG_KEEP_JSON_BYTES = 60_000
 
 
 @dataclass
@@ -41,7 +50,8 @@ class TrialOutcome:
         fail_reason: One-line reason stored on the trial, or ``None``.
         ranks: The rank reports (see :class:`autotune.rank_report.RankReport`).
         wall_seconds: Process start to exit, s.
-        log_tail: Last lines of the trial's combined stdout/stderr.
+        log_tail: Last lines of the trial's combined stdout/stderr (a failed trial's).
+        log: The end of that output, at most :data:`LOG_KEEP_BYTES` (see :func:`kept_log`).
         process_group: The process group id the trial ran in.
     """
 
@@ -51,6 +61,7 @@ class TrialOutcome:
     ranks: list[RankReport] = field(default_factory=list)
     wall_seconds: float = 0.0
     log_tail: str = ""
+    log: str = ""
     process_group: int | None = None
     timing: dict[str, float] = field(default_factory=dict)
 
@@ -140,6 +151,41 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def kept_log(path: Path, limit: int = LOG_KEEP_BYTES) -> str:
+    """The end of a trial's output that is stored on the trial: its last ``limit`` bytes (>= 1), from the
+    first whole line in them, decoded as UTF-8 (bad bytes replaced), and fewer when as JSON they would
+    pass :data:`_LOG_KEEP_JSON_BYTES`. Output cut at the front starts with one line that says how much
+    was left out. ``""`` when the file is missing or empty.
+
+    Args:
+        path: The trial's log file.
+        limit: Bytes kept at most (:data:`LOG_KEEP_BYTES`).
+    """
+    try:
+        with open(path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - limit))
+            data = log.read(limit)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    trimmed = size > len(data)
+    if trimmed:
+        text = _from_a_line(text)
+    while len(json.dumps(text)) > _LOG_KEEP_JSON_BYTES:
+        text, trimmed = _from_a_line(text[len(text) // 2 :]), True
+    if trimmed:
+        left_out = size - len(text.encode("utf-8", errors="replace"))
+        text = f"[autotune: the first {left_out:,} of {size:,} bytes of this trial's output are not kept (at most its last {limit:,} are)]\n{text}"
+    return text
+
+
+def _from_a_line(text: str) -> str:
+    """``text`` from its first whole line on (all of it when it has no line break before its end)."""
+    newline = text.find("\n")
+    return text[newline + 1 :] if 0 <= newline < len(text) - 1 else text
 
 
 #: Variables by which Lightning would take a trial for part of a bigger job (SLURM, torchrun, a fixed
@@ -289,6 +335,7 @@ def run_trial_process(
             ranks=ranks,
             wall_seconds=wall,
             log_tail=_tail(log_path) if kind else "",
+            log=kept_log(log_path),
             process_group=pgid,
             timing={"launch_time": launch_time, "exit_time": launch_time + wall},
         )

@@ -28,7 +28,7 @@ class UI(Protocol):
         """Something the user should know that does not stop the search (one line)."""
 
     def search_started(self, settings: StudySettings, trials: int) -> None:
-        """The search begins: its settings and the trials (>= 1) this run adds."""
+        """The search begins: its settings and the trials (>= 0) this run adds (fewer than ``--trials`` when the space has fewer configs left)."""
 
     def stage(self, message: str, trials: int) -> None:
         """A new stage (confirmation) adds ``trials`` (>= 0) trials to the run."""

@@ -1,6 +1,7 @@
+import json
 import signal
 
-from autotune.runner import classify
+from autotune.runner import _LOG_KEEP_JSON_BYTES, LOG_KEEP_BYTES, classify, kept_log
 
 
 def test_classify_precedence():
@@ -38,3 +39,26 @@ def test_a_trial_never_inherits_a_cluster_launcher_s_rank_variables(monkeypatch)
     env = child_env({"NODE_RANK": "1"})
     assert "SLURM_NTASKS" not in env and "MASTER_PORT" not in env and "LOCAL_RANK" not in env
     assert env["NODE_RANK"] == "1" and env["SLURM_JOB_ID"] == "77" and env["HOME"] == "/h"
+
+
+def test_a_trial_keeps_its_whole_output_when_short_and_its_last_32_kib_from_a_whole_line_when_long(tmp_path):
+    short = tmp_path / "short.log"
+    short.write_text("hello from training_step\nsecond line\n")
+    assert kept_log(short) == "hello from training_step\nsecond line\n"
+    assert kept_log(tmp_path / "missing.log") == ""
+    long = tmp_path / "long.log"
+    lines = [f"line {i:06d} " + "x" * 50 for i in range(2000)]  # 62 bytes a line, 124,000 bytes in all
+    long.write_text("\n".join(lines) + "\n")
+    kept = kept_log(long)
+    header, body = kept.split("\n", 1)
+    assert len(body.encode()) <= LOG_KEEP_BYTES and body.startswith("line ") and body.endswith(lines[-1] + "\n")
+    assert header == (f"[autotune: the first {long.stat().st_size - len(body.encode()):,} of {long.stat().st_size:,} bytes "
+                      f"of this trial's output are not kept (at most its last {LOG_KEEP_BYTES:,} are)]")
+    assert lines[0] not in kept
+    # control characters and broken UTF-8 take up to 6 bytes each as JSON: fewer are kept, under the column's limit
+    binary = tmp_path / "binary.log"
+    binary.write_bytes((b"\x01\xff" * 30 + b"\n") * 500 + b"last line\n")  # 30,510 bytes: under the byte bound
+    assert len(json.dumps(binary.read_bytes().decode(errors="replace"))) > _LOG_KEEP_JSON_BYTES
+    kept = kept_log(binary)
+    assert kept.startswith("[autotune: the first ") and kept.endswith("\x01\ufffd\nlast line\n")
+    assert len(json.dumps(kept.split("\n", 1)[1])) <= _LOG_KEEP_JSON_BYTES

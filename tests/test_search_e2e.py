@@ -632,3 +632,27 @@ def test_config_precision_that_cpu_replaces_is_recorded_as_what_runs(tmp_path, c
     assert trial.params["lr"] == 0.02
     exported = yaml.safe_load((tmp_path / "best.yaml").read_text())
     assert exported["seed_everything"] == 7 and exported["trainer"]["precision"] == "bf16-mixed"
+
+
+def test_each_trial_keeps_its_own_output_bounded_and_show_log_prints_it(tmp_path, cli):
+    """Issue 16.11: a print() in training_step is kept for a successful trial too (its last 32 KiB)."""
+    from autotune.runner import LOG_KEEP_BYTES
+
+    db = tmp_path / "log.db"
+    env = {"TINY_PRINT": "1", "TINY_FAULTS": "1:print_lots"}  # trial 1 prints 256 KiB of filler at its first step
+    cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 128, "--storage", f"sqlite:///{db}", env=env, check_rc=0)
+    study = load(db, "tiny")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    steps = 128 // study.trials[0].user_attrs["config"]["batch_size"]
+    shown = cli("show", db, 0, "--log", check_rc=0).stdout
+    assert [line for line in shown.splitlines() if line.startswith("TINY-MARKER")] == [f"TINY-MARKER trial 0 step {s}" for s in range(steps)]
+    loud = cli("show", db, 1, "--log", check_rc=0).stdout
+    header, body = loud.split("\n", 1)
+    assert header.startswith("[autotune: the first ") and "(at most its last 32,768 are)]" in header
+    assert len(body.encode()) <= LOG_KEEP_BYTES and "filler 000000" not in body  # the bound: the start is cut
+    assert body.rstrip().splitlines()[-1].startswith("TINY-MARKER trial 1 step ")  # the end is kept
+    assert "log" not in json.loads(cli("show", db, 1, "--format", "json", check_rc=0).stdout)[0]["user_attrs"]
+    r = cli("show", db, 7, "--log", check_rc=2)
+    assert r.stderr.strip() == "autotune: error: study 'tiny' has no trial 7 (its trials are 0..1)"
+    r = cli("show", db, "--log", check_rc=2)
+    assert "--log prints one trial's output: give its number" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -132,17 +132,17 @@ def test_the_default_search_is_staged_for_rate_objectives_only(monkeypatch):
     assert default_search("throughput") == "flat"
 
 
-def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):
+def test_a_config_measured_before_is_not_trained_again_and_counts_against_trials(tmp_path, cli):
     db = tmp_path / "d.db"
     space = tmp_path / "space.yaml"
-    space.write_text("batch_size: [16, 32]\n")  # with the baseline's 16: two configs in all
-    cli("search", MODELS / "tiny.py", "--trials", 5, "--samples", 256, "--space", space, "--sampler", "random",
+    space.write_text("batch_size: [16, 32, 64, 128]\n")  # four configs; the random sampler (seed 0) repeats one of them
+    cli("search", MODELS / "tiny.py", "--trials", 4, "--samples", 256, "--space", space, "--sampler", "random", "--seed", 0,
             "--storage", f"sqlite:///{db}", check_rc=0)
     study, settings = load_study("tiny", f"sqlite:///{db}")
     trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
     copies = [t for t in study.trials if "duplicate_of" in t.user_attrs]
-    assert sorted(t.params["batch_size"] for t in trained) == [16, 32]  # each config trained once
-    assert copies and len(study.trials) <= 5 + 20  # every duplicate queued a replacement, at most 20 per run
+    assert len({t.params["batch_size"] for t in trained}) == len(trained)  # each config trained once
+    assert copies and len(study.trials) == 4  # a duplicate is one of the --trials asked: no replacement is added
     for t in copies:
         original = study.trials[t.user_attrs["duplicate_of"]]
         assert t.params == original.params and t.values == original.values and t.state.name == "COMPLETE"
@@ -152,6 +152,22 @@ def test_a_config_measured_before_is_not_trained_again(tmp_path, cli):
     recommended, _ = recommendation(study, settings)
     assert "duplicate_of" not in recommended.user_attrs
     assert "duplicate of #" in cli("show", db, check_rc=0).stdout
+
+
+@pytest.mark.parametrize("search", ["staged", "flat"])
+def test_a_space_with_fewer_configs_than_trials_adds_only_those_and_says_so(tmp_path, cli, search):
+    """Issue 16.4: a precision list of only 16-mixed, removed on a CPU, leaves one config (the baseline's)."""
+    db = tmp_path / "one.db"
+    space = tmp_path / "space.yaml"
+    space.write_text('precision: {choices: ["16-mixed"]}\n')
+    args = ["search", MODELS / "tiny.py", "--search", search, "--samples", 256, "--space", space, "--storage", f"sqlite:///{db}"]
+    r = cli(*args, "--trials", 3, check_rc=0)
+    assert "removed precision '16-mixed'" in r.stderr + r.stdout
+    assert r.stdout.count("the space has 1 distinct config(s), 0 of them run already: this run adds 1 of the 3 trial(s) asked") == 1
+    assert len(load_study("tiny", f"sqlite:///{db}")[0].trials) == 1
+    r = cli(*args, "--trials", 2, check_rc=0)  # resumed: nothing left to run, and nothing added
+    assert "the space has 1 distinct config(s), 1 of them run already: this run adds 0 of the 2 trial(s) asked" in r.stdout
+    assert len(load_study("tiny", f"sqlite:///{db}")[0].trials) == 1
 
 
 def test_stage_1_screens_each_unvisited_system_point_once_in_a_seeded_order():

@@ -27,7 +27,6 @@ from autotune.errors import FailKind
 from autotune.study.settings import StudySettings
 
 if TYPE_CHECKING:
-    from autotune.study.trial import _RunContext
     from autotune.ui import UI
 
 __all__ = ["EPOCH_ATTR", "above_epoch", "epoch_limit", "epoch_lines", "learn_epoch", "prune_above_epoch"]
@@ -87,15 +86,12 @@ def learn_epoch(
     )
 
 
-def prune_above_epoch(study: optuna.Study, trial: optuna.trial.Trial, reason: str, ctx: _RunContext):
-    """Store a trial whose batch is larger than an epoch as PRUNED (not run, nothing printed), and queue
-    a replacement. Returns the frozen trial."""
-    from autotune.study.tell import _replace
-
+def prune_above_epoch(study: optuna.Study, trial: optuna.trial.Trial, reason: str):
+    """Store a trial whose batch is larger than an epoch as PRUNED (not run, nothing printed; it counts
+    against ``--trials``). Returns the frozen trial."""
     trial.set_user_attr("fail_kind", FailKind.BATCH_ABOVE_EPOCH)
     trial.set_user_attr("fail_reason", reason)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    _replace(study, trial, ctx)
     return study.get_trials(deepcopy=False)[trial.number]
 
 

@@ -12,7 +12,9 @@ import optuna
 
 from autotune.config import TrialConfig
 from autotune.confirm import ConfirmGroup, pick
+from autotune.errors import AutotuneError, UsageError
 from autotune.objective import TrialRecord, directions, recommend
+from autotune.samplers import grid_space
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -111,6 +113,65 @@ def _measured_before(study, number: int, config: TrialConfig, budget: int):
         ):
             return t
     return None
+
+
+def configs_left(study, resolved: Mapping[str, Any]) -> tuple[int, int] | None:
+    """How many distinct configs a discrete space has, and how many of them trials ran already.
+
+    A config counts as run once a search trial at the study's own budget has its params, whatever
+    its state (a failed or pruned config is not a new config either); confirmation runs and short
+    stage-1 runs (another budget) do not count, nor do queued trials whose params are not sampled yet.
+
+    Args:
+        study: The study.
+        resolved: Its resolved space (``settings.space``).
+
+    Returns:
+        ``(configs in the space, configs run)``, or ``None`` when a knob is a continuous range (the
+        space has no end).
+    """
+    try:
+        grid = grid_space(resolved)
+    except UsageError:
+        return None
+    size = math.prod(len(values) for values in grid.values())
+    run = set()
+    for t in study.get_trials(deepcopy=False):
+        if not t.params or "confirm_of" in t.user_attrs or "trial_samples" in t.user_attrs:
+            continue
+        point = tuple(t.params.get(name) for name in grid)
+        if all(value in grid[name] for value, name in zip(point, grid)):
+            run.add(point)
+    return size, len(run)
+
+
+def trial_log(trial, study_name: str) -> str:
+    """The end of a trial's own output (stdout and stderr of all its ranks), as the trial stored it
+    (user attribute ``log``, at most :data:`autotune.runner.LOG_KEEP_BYTES`); ``""`` when it printed nothing.
+
+    Args:
+        trial: A frozen Optuna trial.
+        study_name: Its study's name (for the command in a message).
+
+    Raises:
+        AutotuneError: The trial kept no output, and why: not run (a duplicate, a predicted OOM, a batch
+            above an epoch), not ended yet, or stored before trials kept their output.
+    """
+    attrs = trial.user_attrs
+    if isinstance(attrs.get("log"), str):
+        return attrs["log"]
+    n = trial.number
+    if "duplicate_of" in attrs:
+        original = attrs["duplicate_of"]
+        raise AutotuneError(
+            f"trial {n} was not run: it copies trial {original}'s figures (a duplicate); see `autotune show {study_name} {original} --log`"
+        )
+    if trial.state.name in ("WAITING", "RUNNING"):
+        raise AutotuneError(f"trial {n} is {trial.state.name.lower()}: its output is stored when it ends")
+    if attrs.get("fail_kind") in ("predicted_oom", "batch_above_epoch"):
+        raise AutotuneError(f"trial {n} was not run ({attrs['fail_kind']}), so it has no output")
+    tail = " (its log_tail: `autotune show " + study_name + f" {n} --format json`)" if attrs.get("log_tail") else ""
+    raise AutotuneError(f"trial {n} has no stored output: it ran before autotune kept trial output, or its process never started{tail}")
 
 
 def confirm_candidates(study, settings: StudySettings, k: int) -> list:

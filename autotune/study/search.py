@@ -23,7 +23,7 @@ from autotune.jobs import machine_slots
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, NodeIdentity, follow, node_identity
 from autotune.objective import directions
-from autotune.samplers import grid_size, make_sampler
+from autotune.samplers import make_sampler
 from autotune.space import params_of
 from autotune.storage import _sqlite_path, check_storage_url, check_writable, mask_url, open_storage
 from autotune.study.bounds import epoch_lines
@@ -40,7 +40,7 @@ from autotune.study.options import (
 )
 from autotune.study.publish import _save_note, default_export_path, export_study
 from autotune.study.queue import drain_queue
-from autotune.study.records import _baseline_pending, confirm_candidates, recommendation
+from autotune.study.records import _baseline_pending, configs_left, confirm_candidates, recommendation
 from autotune.study.settings import (
     _METRIC_NAMES,
     BASELINE_ATTR,
@@ -53,7 +53,7 @@ from autotune.study.settings import (
     load_study,
     settings_of,
 )
-from autotune.study.staged import _staged_search
+from autotune.study.staged import _staged_search, screen_room
 from autotune.ui import UI
 
 
@@ -116,11 +116,15 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
             "after the baseline; raise --trials"
         )
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
-    ui.search_started(settings, opts.trials)
+    search = _search_kind(settings, opts, leader)
+    add, space_line = _trials_this_run(study, settings, opts, len(seeds), search)
+    ui.search_started(settings, add)
+    if space_line:
+        ui.info(space_line)
     for line in epoch_lines(study):  # a resumed study: batch sizes an earlier trial showed are larger than an epoch
         ui.info(line)
     run_id = f"{os.getpid()}-{time.time():.0f}"
-    ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui)
+    ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add) if add else 0
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     if confirm and leader is None:
         ran += _confirm(
@@ -202,27 +206,60 @@ def _open_study(
     return study, settings, seeds
 
 
-def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, leader: Any, storage_url: str, run_id: str, ui: UI) -> int:
-    """Run this search's ``--trials``, staged or flat (``--search``). Returns the trials this process ran.
+def _search_kind(settings: StudySettings, opts: SearchOptions, leader: Any) -> str:
+    """``staged`` or ``flat``: ``--search``, else flat for a grid or a multi-node study, else the objective's default.
 
     Raises:
         UsageError: ``--search staged`` with an objective a short run does not measure.
     """
-    add = opts.trials
-    if opts.sampler == "grid":
-        left = grid_size(settings.space) - len(
-            {repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if "confirm_of" not in t.user_attrs}
-        )
-        if left < add:
-            ui.info(
-                f"--sampler grid: {max(0, left)} combination(s) of the space left to run; this run adds {max(0, left)} trial(s), not {add}"
-            )
-            add = max(0, left)
     search = opts.search or ("flat" if opts.sampler == "grid" or leader is not None else default_search(settings.objective))
     if search == "staged" and settings.objective not in ("throughput", "goodput"):
         raise UsageError(
             f"--search staged ranks stage 1 by samples/s, which does not decide --objective {settings.objective}; use --search flat"
         )
+    return search
+
+
+def _trials_this_run(study, settings: StudySettings, opts: SearchOptions, seeds: int, search: str) -> tuple[int, str | None]:
+    """The trials this run adds: ``--trials``, or fewer when a discrete space has fewer configs that no
+    trial ran (every trial counts against ``--trials``, one that trains nothing too: a duplicate, a
+    predicted OOM). Returns ``(trials, the line that says why fewer, or None)``.
+
+    A staged search also has the short screening runs of the system configs not screened yet. The
+    baseline (a new study) and the ``--enqueue`` configs always run: the user asked for them.
+    """
+    add = opts.trials
+    left = configs_left(study, settings.space)
+    if left is None:
+        return add, None
+    size, run = left
+    screen = screen_room(study, settings) if search == "staged" else 0
+    forced = (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0) + seeds
+    room = max(size - run + screen, forced)
+    if room >= add:
+        return add, None
+    if opts.sampler == "grid":
+        return room, f"--sampler grid: {room} combination(s) of the space left to run; this run adds {room} trial(s), not {add}"
+    screening = f" and {screen} system config(s) to screen with short runs" if screen else ""
+    return room, (
+        f"the space has {size} distinct config(s), {run} of them run already{screening}: this run adds {room} of the {add} "
+        "trial(s) asked (a wider space searches more: --space, docs/search-spaces.md)"
+    )
+
+
+def _search(
+    study,
+    settings: StudySettings,
+    opts: SearchOptions,
+    seeds: list,
+    leader: Any,
+    storage_url: str,
+    run_id: str,
+    ui: UI,
+    search: str,
+    add: int,
+) -> int:
+    """Run this search's ``add`` trials (:func:`_trials_this_run`), ``staged`` or ``flat``. Returns the trials this process ran."""
     drain = functools.partial(
         drain_queue,
         study,
@@ -236,7 +273,9 @@ def _search(study, settings: StudySettings, opts: SearchOptions, seeds: list, le
         run_id=run_id,
     )
     if search == "staged":
-        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold)
+        left = configs_left(study, settings.space)
+        full_room = None if left is None else left[0] - left[1]
+        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold, full_room=full_room)
     return drain(add=add, seeds=seeds)
 
 

@@ -186,43 +186,78 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     return out
 
 
-def _staged_search(study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, cold: bool = False) -> int:
+def _convergence(resolved: Mapping[str, Any]) -> set:
+    """Optuna parameter names of the convergence knobs: :data:`CONVERGENCE_KNOBS` and the user's constructor arguments."""
+    return {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
+
+
+def _screen(study, settings: StudySettings) -> list[dict[str, Any]] | None:
+    """Stage 1's unvisited system points of this study (:func:`screen_points`), the baseline's counted as visited."""
+    resolved = settings.space
+    baseline = TrialConfig.from_dict(settings.baseline_config)
+    return screen_points(
+        study.get_trials(deepcopy=False),
+        resolved,
+        _convergence(resolved),
+        int(settings.seed) + len(study.trials),
+        [baseline_params(resolved, baseline)],
+    )
+
+
+def screen_room(study, settings: StudySettings) -> int:
+    """Stage-1 screening runs a discrete system space has left (0 when the sampler chooses them)."""
+    screen = _screen(study, settings)
+    return len(screen) if screen is not None else 0
+
+
+def _staged_search(
+    study,
+    settings: StudySettings,
+    ui: UI,
+    drain: Callable[..., int],
+    add: int,
+    seeds: list,
+    cold: bool = False,
+    full_room: int | None = None,
+) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
     accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
     fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
     :func:`stage2_round`), first at the baseline's lr and accumulation, then with the sampler choosing
     those; when no system config can beat the best feasible trial, the rest sample every knob. Trials
     are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
-    processes serves every round. Returns the trials this process ran."""
+    processes serves every round. ``full_room`` (a discrete space): the configs no trial has run at
+    full budget yet, which bounds the full-budget runs (the baseline's and ``--enqueue``'s included);
+    the runs above it screen more system configs instead, or are not added. Returns the trials this
+    process ran."""
 
     resolved = settings.space
     baseline = TrialConfig.from_dict(settings.baseline_config)
-    convergence = {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
+    convergence = _convergence(resolved)
     system_knobs = any(param_name(name, entry) not in convergence for name, entry in resolved.items())
     baseline_needed = study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study)
     n_system, n_full = staged_plan(add, baseline_needed, len(seeds), system_knobs)
     fixed = {key: value for key, value in baseline_params(resolved, baseline).items() if key in convergence}
+    screen = _screen(study, settings)
+    if screen is not None and len(screen) < n_system:
+        n_system, n_full = len(screen), n_full + n_system - len(screen)
+    if full_room is not None:
+        room = max(0, full_room - (1 if baseline_needed else 0) - len(seeds))
+        if n_full > room:  # the space has no more configs to train at full budget: screen more, or add fewer
+            more = min(n_full - room, len(screen) - n_system) if screen is not None else 0
+            n_system, n_full = n_system + more, room
     ui.info(
         f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
         f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
         f"then {n_full} full-budget run(s) of the fastest system configs"
     )
-    screen = screen_points(
-        study.get_trials(deepcopy=False),
-        resolved,
-        convergence,
-        int(settings.seed) + len(study.trials),
-        [baseline_params(resolved, baseline)],
-    )
     if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
-        if len(screen) < n_system:
-            n_system, n_full = len(screen), n_full + n_system - len(screen)
         first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
     pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
-        ran = drain(add=add - n_full, seeds=list(seeds) + first, pools=pools)
+        ran = drain(add=(1 if baseline_needed else 0) + len(seeds) + n_system, seeds=list(seeds) + first, pools=pools)
         left = n_full
         while left > 0:
             batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]

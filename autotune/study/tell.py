@@ -11,7 +11,7 @@ from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError, stopped_by
 from autotune.study.records import _budget
 from autotune.study.settings import BASELINE_ATTR, StudySettings
-from autotune.study.staged import SHORT_RUN_CONSTRAINT, system_part
+from autotune.study.staged import SHORT_RUN_CONSTRAINT
 
 if TYPE_CHECKING:
     from autotune.study.trial import _RunContext
@@ -31,7 +31,7 @@ from autotune.objective import (
     objective_values,
     time_to_target,
 )
-from autotune.optuna_compat import fixed_params, set_constraint, trial_of
+from autotune.optuna_compat import set_constraint, trial_of
 
 
 def _measure_attrs(outcome) -> dict[str, Any]:
@@ -83,6 +83,7 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
     attrs.update(_overhead(outcome))
     attrs["wall_seconds"] = outcome.wall_seconds
     attrs["ranks"] = _rank_attrs(outcome)
+    attrs["log"] = outcome.log  # the end of its output (autotune show STUDY N --log)
     kind, reason = outcome.fail_kind, outcome.fail_reason
     values = constraint = None
     if kind is None:
@@ -216,10 +217,6 @@ def _loss_target(study, curve, settings: StudySettings) -> float:
     return loss_target(curve, settings.samples)
 
 
-#: Trials pruned as predicted OOM that one run replaces by new trials (they cost no training).
-OOM_REPLACEMENTS = 20
-
-
 #: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
 _NOT_COPIED = {
     "config",
@@ -236,6 +233,7 @@ _NOT_COPIED = {
     "screen",
     "ranks",
     "log_tail",
+    "log",
     "launch",
     "slot",
     "shared_host",
@@ -248,10 +246,11 @@ _NOT_COPIED = {
 }
 
 
-def _tell_duplicate(study, trial, original, ui: UI, ctx: _RunContext):
+def _tell_duplicate(study, trial, original, ui: UI):
     """A sampled config that a completed trial already measured at the same budget is not trained
     again: the trial takes that trial's figures and values (``duplicate_of``; never recommended in
-    its place), which tells the sampler the same thing at no cost, and a replacement is queued."""
+    its place), which tells the sampler the same thing at no cost. It counts against the run's
+    ``--trials`` like any other trial (no replacement is queued: a run never adds more trials than asked)."""
     for key, value in original.user_attrs.items():
         if key not in _NOT_COPIED:
             trial.set_user_attr(key, value)
@@ -262,38 +261,17 @@ def _tell_duplicate(study, trial, original, ui: UI, ctx: _RunContext):
     elif "trial_samples" in original.user_attrs:  # a short run: not judged
         set_constraint(study, trial, SHORT_RUN_CONSTRAINT)
     study.tell(trial, list(original.values))
-    _replace(study, trial, ctx)
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
 
 
-def _replace(study, trial, ctx: _RunContext) -> None:
-    """Queue a replacement for a trial that trained nothing (predicted OOM, a duplicate): up to
-    :data:`OOM_REPLACEMENTS` per run; none for a grid (a fixed set of points)."""
-
-    if trial.user_attrs.get("screen"):
-        return  # a stage-1 screen point: the other unvisited points are queued already
-    with ctx.lock:
-        if ctx.oom_replacements < OOM_REPLACEMENTS and not isinstance(study.sampler, optuna.samplers.GridSampler):
-            ctx.oom_replacements += 1
-            stage = trial.user_attrs.get("stage")
-            if stage:  # a staged trial's replacement keeps its stage and the knobs its stage fixes
-                fixed = fixed_params(study.get_trials(deepcopy=False)[trial.number])
-                if stage == "full":  # stage 2 fixes the system knobs; the sampler picks the rest
-                    fixed = system_part(fixed)
-                study.enqueue_trial(fixed, user_attrs={"stage": stage})
-            else:
-                study.enqueue_trial({})
-
-
-def _prune_predicted_oom(study, trial, reason: str, ui: UI, ctx: _RunContext):
-    """Store a trial the OOM frontier rules out as PRUNED (not run), and queue a replacement."""
+def _prune_predicted_oom(study, trial, reason: str, ui: UI):
+    """Store a trial the OOM frontier rules out as PRUNED (not run; it counts against ``--trials``)."""
 
     trial.set_user_attr("fail_kind", FailKind.PREDICTED_OOM)
     trial.set_user_attr("fail_reason", reason)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    _replace(study, trial, ctx)
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen

@@ -45,7 +45,6 @@ class _RunContext:
         self.stop = threading.Event()
         self.running: dict[int, int] = {}
         self.asked: list[int] = []
-        self.oom_replacements = 0
         self.pruner = None
         self.pruner_name = "none"
         self.pruned: dict[int, str] = {}
@@ -76,7 +75,7 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
     trial.set_user_attr("effective_batch_size", config.effective_batch_size)
     trial.set_user_attr("baseline", is_baseline)
     if not is_baseline and (reason := above_epoch(study, config)) is not None:
-        return prune_above_epoch(study, trial, reason, ctx)
+        return prune_above_epoch(study, trial, reason)
     ui.trial_started(trial.number, config, is_baseline)
     if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings.samples)) < int(settings.samples):
         trial.set_user_attr("trial_samples", system_budget(config, int(settings.samples)))  # a short run
@@ -88,10 +87,10 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
             else _measured_before(study, trial.number, config, _budget(trial.user_attrs, settings))
         )
         if original is not None:
-            return _tell_duplicate(study, trial, original, ui, ctx)
+            return _tell_duplicate(study, trial, original, ui)
         reason = _predicted_oom(study, config)
         if reason is not None:
-            return _prune_predicted_oom(study, trial, reason, ui, ctx)
+            return _prune_predicted_oom(study, trial, reason, ui)
     spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
     # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
@@ -169,6 +168,7 @@ def _finish(study, trial, outcome: TrialOutcome, settings: StudySettings, is_bas
         if pruned is not None and not outcome.ok:
             trial.set_user_attr("fail_kind", FailKind.PRUNED)
             trial.set_user_attr("fail_reason", pruned)
+            trial.set_user_attr("log", outcome.log)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             _tell(study, trial, outcome, settings, is_baseline, ctx, slot)

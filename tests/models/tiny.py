@@ -13,6 +13,8 @@ with the batch, for the memory model on a CPU).
 samples per epoch (its length is unknown at inspection: a batch above ``N`` is only learned from a trial).
 ``TINY_OOM_ABOVE=N`` raises CUDA's out-of-memory error for any batch larger than ``N`` samples (a
 memory limit, on a CPU).
+``TINY_PRINT=1`` makes every training step print ``TINY-MARKER trial T step S`` (the user's own
+``print``); the fault ``print_lots`` prints 256 KiB of filler lines (``filler N ...``) at step 0 first.
 """
 
 import os
@@ -74,6 +76,11 @@ class TinyModel(pl.LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         FAULT = _fault()
+        if FAULT == "print_lots" and batch_idx == 0:
+            for i in range(4096):  # 4096 lines of 64 bytes
+                print(f"filler {i:06d} " + "." * 49)
+        if os.environ.get("TINY_PRINT"):
+            print(f"TINY-MARKER trial {os.environ.get('AUTOTUNE_TRIAL_NUMBER')} step {batch_idx}")
         if os.environ.get("TINY_SAMPLE_SLEEP") and FAULT != "fast_infeasible":
             time.sleep(float(os.environ["TINY_SAMPLE_SLEEP"]) * len(x))
         if FAULT == "raise" and batch_idx == 2:

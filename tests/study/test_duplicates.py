@@ -68,3 +68,20 @@ def test_extended_knobs_are_part_of_the_config():
     compiled = add(study, 150.0, 1.0, compile="default")
     assert _measured_before(study, 99, BASELINE.replace(compile="default"), SAMPLES).number == compiled.number
     assert _measured_before(study, 99, TrialConfig.from_dict({**BASELINE.to_dict(), "channels_last": True}), SAMPLES) is None
+
+
+def test_configs_left_counts_the_discrete_space_and_the_configs_trials_ran_at_full_budget():
+    from autotune.study.records import configs_left
+
+    resolved = {"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0, "high": 1}}  # 3 x 2 configs
+    study = make_study()
+    assert configs_left(study, resolved) == (6, 0)
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 200.0, 1.0, batch_size=32)
+    add(study, 200.0, 1.0, batch_size=32, attrs={"duplicate_of": 1})  # the same config: counted once
+    add(study, None, None, state="PRUNED", attrs={"fail_kind": "predicted_oom"}, batch_size=64)  # not new either
+    add(study, 300.0, 1.0, batch_size=64, num_workers=1, attrs={"trial_samples": 256})  # a short run: another budget
+    add(study, 300.0, 1.0, batch_size=16, num_workers=1, attrs={"confirm_of": 0})  # a confirmation run
+    study.enqueue_trial({})  # queued, not sampled yet
+    assert configs_left(study, resolved) == (6, 3)
+    assert configs_left(study, {**resolved, "lr": {"low": 0.01, "high": 0.1, "log": True}}) is None  # a continuous knob: no end

@@ -217,3 +217,26 @@ def test_queries_read_the_trials_once_while_other_processes_add_trials():
     confirm(study, 0, [100.0, 100.0, 100.0])
     recommended, baseline = recommendation(growing, _settings(study))
     assert recommended is not None and baseline is not None
+
+def test_trial_log_is_the_stored_output_or_says_why_there_is_none():
+    import pytest
+
+    from autotune.errors import AutotuneError
+    from autotune.study.records import trial_log
+
+    study = make_study()
+    ran = add(study, 100.0, 1.0, baseline=True, attrs={"log": "TINY-MARKER\n"})
+    silent = add(study, 100.0, 1.0, attrs={"log": ""}, batch_size=32)
+    copy = add(study, 100.0, 1.0, attrs={"duplicate_of": 0})
+    unrun = add(study, None, None, state="PRUNED", attrs={"fail_kind": "predicted_oom"}, batch_size=512)
+    old = add(study, None, None, state="FAIL", attrs={"fail_kind": "crashed", "log_tail": "Segmentation fault"}, batch_size=64)
+    assert trial_log(ran, "s") == "TINY-MARKER\n" and trial_log(silent, "s") == ""
+    with pytest.raises(AutotuneError, match=r"trial 2 was not run: it copies trial 0's figures .*`autotune show s 0 --log`"):
+        trial_log(copy, "s")
+    with pytest.raises(AutotuneError, match=r"trial 3 was not run \(predicted_oom\)"):
+        trial_log(unrun, "s")
+    with pytest.raises(AutotuneError, match=r"trial 4 has no stored output.*`autotune show s 4 --format json`"):
+        trial_log(old, "s")
+    study.enqueue_trial({})
+    with pytest.raises(AutotuneError, match=r"trial 5 is waiting: its output is stored when it ends"):
+        trial_log(study.trials[5], "s")
