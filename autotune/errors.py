@@ -50,6 +50,10 @@ class StorageError(UsageError):
     """A storage URL or study database cannot be used."""
 
 
+class StorageUnreachableError(AutotuneError):
+    """The study's database stayed unreachable longer than ``$AUTOTUNE_STORAGE_RETRY`` seconds."""
+
+
 class StudyNotFoundError(StorageError):
     """The storage holds no such study yet (or, for SQLite, the database file does not exist)."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import StorageError, StudyNotFoundError
+from autotune.errors import StorageError, StorageUnreachableError, StudyNotFoundError
 
 __all__ = [
     "RETRY_SECONDS",
@@ -103,7 +103,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
         super().__init__(url, **kwargs)
 
     def _retry(self, call: Callable[[], Any]) -> Any:
-        delay, deadline = 0.25, None
+        delay = 0.25
         while True:
             try:
                 result = call()
@@ -111,18 +111,23 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                 if not is_transient(e):
                     raise
                 now = time.monotonic()
-                deadline = deadline or now + self._retry_seconds
                 with self._outage_lock:
                     if self._down_since is None:
                         self._down_since = now
-                        first = mask_text(str(e).splitlines()[0] if str(e) else type(e).__name__, getattr(self, "url", ""))
                         print(
-                            f"warning: {self._label} is unreachable ({first[:160]}); retrying for up to {self._retry_seconds:g} s",
+                            f"warning: {self._label} is unreachable ({self._reason(e)}); retrying for up to {self._retry_seconds:g} s",
                             file=sys.stderr,
                             flush=True,
                         )
+                    down_since = self._down_since
+                # one deadline per outage, shared by every call that meets it
+                deadline = down_since + self._retry_seconds
                 if now >= deadline:
-                    raise
+                    raise StorageUnreachableError(
+                        f"{self._label} was unreachable for {now - down_since:.0f} s, longer than $AUTOTUNE_STORAGE_RETRY "
+                        f"({self._retry_seconds:g} s; last error: {self._reason(e)}); every finished trial is stored: run the "
+                        "same command again once it is back (a trial that was running goes stale and is retried)"
+                    ) from e
                 time.sleep(min(delay, max(0.0, deadline - now)))
                 delay = min(delay * 2, 5.0)
                 continue
@@ -136,6 +141,22 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                         )
                         self._down_since = None
             return result
+
+    def _reason(self, error: BaseException) -> str:
+        """The first line of the database driver's own message (Optuna wraps it in a generic
+        "invalid data in the commit" error), password masked, at most 160 characters."""
+        import sqlalchemy.exc as sa
+
+        inner: BaseException | None = error
+        seen = 0
+        while inner is not None and seen < 5 and not isinstance(inner, sa.SQLAlchemyError):
+            inner = inner.__cause__ or inner.__context__
+            seen += 1
+        chosen = inner if isinstance(inner, sa.SQLAlchemyError) else error
+        if isinstance(chosen, sa.DBAPIError) and chosen.orig is not None:
+            chosen = chosen.orig
+        text = str(chosen).strip().splitlines()[0] if str(chosen).strip() else type(chosen).__name__
+        return mask_text(text, getattr(self, "url", ""))[:160]
 
 
 def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:

@@ -2,11 +2,13 @@
 
 import inspect
 import re
+import time
 
 import optuna
 import pytest
 import sqlalchemy.exc
 
+from autotune.errors import StorageUnreachableError
 from autotune.storage import ResilientRDBStorage, is_transient
 
 
@@ -64,10 +66,37 @@ def test_an_outage_longer_than_the_retry_window_raises(tmp_path, monkeypatch):
         raise _lost_connection()
 
     monkeypatch.setattr(ResilientRDBStorage, "get_all_studies", module._wrap("get_all_studies", down))
-    with pytest.raises(sqlalchemy.exc.OperationalError) as info:
+    start = time.monotonic()
+    with pytest.raises(StorageUnreachableError) as info:
         storage.get_all_studies()
-    assert is_transient(info.value)
+    assert 0.5 <= time.monotonic() - start < 5  # gives up at the limit
+    assert is_transient(info.value)  # the lost connection is its cause
     assert not is_transient(ValueError("x"))
+    message = str(info.value)
+    assert message.startswith("the study database was unreachable for ") and "longer than $AUTOTUNE_STORAGE_RETRY (0.5 s" in message
+    assert "server closed the connection" in message and "invalid data" not in message and "\n" not in message
+    # a second call in the same outage does not wait a whole window again: the deadline is the outage's
+    start = time.monotonic()
+    with pytest.raises(StorageUnreachableError):
+        storage.get_all_studies()
+    assert time.monotonic() - start < 0.5
+
+
+def test_the_unreachable_line_names_the_driver_s_error_not_optunas_wrapper(tmp_path, monkeypatch):
+    storage = ResilientRDBStorage(f"sqlite:///{tmp_path / 's.db'}", retry_seconds=0.2)
+    from autotune import storage as module
+
+    def down(self, *args, **kwargs):
+        try:
+            raise _lost_connection()
+        except sqlalchemy.exc.OperationalError as e:  # as Optuna's _create_scoped_session wraps it
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit. This typically happens "
+                                                          "due to invalid data in the commit, e.g. exceeding max length. ") from e
+
+    monkeypatch.setattr(ResilientRDBStorage, "get_all_studies", module._wrap("get_all_studies", down))
+    with pytest.raises(StorageUnreachableError) as info:
+        storage.get_all_studies()
+    assert "invalid data" not in str(info.value) and "server closed the connection" in str(info.value)
 
 
 @pytest.mark.parametrize("url, message", [

@@ -286,10 +286,13 @@ def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_pat
 
 
 @requires_postgres
-@pytest.mark.parametrize("retry", ["120", "0"])
-def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, retry):
-    """PostgreSQL unreachable for 8 s (every connection cut, new ones refused): the search waits it
-    out; with no retry allowed it stops with one clear line, keeping what finished."""
+@pytest.mark.parametrize("retry, outage", [("120", 8.0), ("0", 8.0), ("3", 40.0)])
+def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, retry, outage):
+    """PostgreSQL unreachable (every connection cut, new ones refused): the search waits out an outage
+    shorter than $AUTOTUNE_STORAGE_RETRY; a longer one stops it at the limit, not when the database is
+    back, with one line naming how long it was unreachable, keeping what finished."""
+    import threading
+
     from tcp_proxy import OutageProxy
 
     proxy = OutageProxy(("127.0.0.1", 5432))
@@ -299,14 +302,21 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
                          "--out", tmp_path / "outage.yaml"], tmp_path, {"AUTOTUNE_STORAGE_RETRY": retry})
         _wait_for_study(fresh_database, "outage")
         time.sleep(2.0)
-        proxy.outage(8.0)
+        cut = threading.Thread(target=proxy.outage, args=(outage,), daemon=True)
+        start = time.monotonic()
+        cut.start()
         _out, err = search.communicate(timeout=300)
+        took = time.monotonic() - start
+        cut.join()
     finally:
         proxy.close()
     trials = optuna.load_study(study_name="outage", storage=fresh_database).trials
-    if retry == "0":
+    if retry != "120":
         assert search.returncode == 1 and "Traceback" not in err, err[-3000:]
-        assert "the study database stayed unreachable" in err.strip().splitlines()[-1]
+        assert "was unreachable for" in err.strip().splitlines()[-1] and "longer than $AUTOTUNE_STORAGE_RETRY" in err
+        assert "invalid data in the commit" not in err
+        if retry == "3":
+            assert took < outage - 10, (took, err[-3000:])  # it gave up at the limit, long before the database came back
         return
     assert search.returncode == 0, err[-3000:]
     assert "is unreachable" in err and "is reachable again after" in err
