@@ -193,7 +193,7 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
         )
         for row in rows
     ]
-    console.print(fitted_table(columns, cells, console.width, title=title, more="autotune show --format json"))
+    console.print(fitted_table(columns, cells, console.width, title=title, more="autotune show --format json"), soft_wrap=False)
     return None
 
 
@@ -325,7 +325,8 @@ def _console(stderr: bool = False):
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
-    return _Console(stderr=stderr, highlight=False, width=width)
+    # messages are one line each however narrow the width (greppable logs); only tables fit it
+    return _Console(stderr=stderr, highlight=False, width=width, soft_wrap=True)
 
 
 class ConsoleUI:

@@ -24,6 +24,9 @@ def run_cli(args, cwd, env=None, timeout=600, check_rc=None):
     """Run ``python -m autotune ARGS`` in ``cwd``; returns the CompletedProcess."""
     full_env = dict(os.environ)
     full_env.pop("AUTOTUNE_STORAGE", None)
+    # pytest-xdist's workers set COLUMNS=80: the CLI's tables would drop columns a test looks for
+    full_env.pop("COLUMNS", None)
+    full_env.pop("LINES", None)
     full_env.update(env or {})
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", *map(str, args)],

@@ -92,8 +92,11 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
             assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
     fastest = top_system_configs(trials[:min(t.number for t in full)], 3)
     systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full]
-    # each of the fastest first at the baseline's lr and accumulation (unless that is the baseline itself)
-    assert all(s in fastest for s in systems)
+    # each of the fastest first at the baseline's lr and accumulation (unless that is the baseline itself);
+    # on a loaded machine the baseline may measure faster than every screened config, and the rest sample every knob
+    listed = sum(len(line.split(";")) for line in r.stdout.splitlines() if line.startswith("staged search, stage 2: "))
+    assert listed or "no system config left that could beat the best feasible trial" in r.stdout
+    assert all(s in fastest for s in systems[:listed])
     for t in full:
         assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
     from autotune.study import recommendation
