@@ -499,6 +499,31 @@ def test_ctrl_c_in_stage_1_keeps_the_staged_search_s_whole_budget_and_the_same_c
     assert "continuing" not in r.stdout and len(load(db, "tiny").trials) == len(trials) + 1
 
 
+def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp_path, cli):
+    """SIGKILL: no resume command, but the run's plan goes stale and the same command takes over its rest."""
+    db = tmp_path / "killed.db"
+    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "3"}
+    args = ["search", str(MODELS / "tiny.py"), "--trials", "3", "--samples", "256", "--storage", f"sqlite:///{db}"]
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env={**os.environ, **env, "TINY_FAULTS": "0:hang"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            if any(t.number == 0 and t.state.name == "RUNNING" and "process_group" in t.user_attrs for t in load(db, "tiny").trials):
+                break
+        except Exception:  # the database or the study may not exist yet
+            continue
+    proc.kill()
+    proc.communicate(timeout=60)
+    time.sleep(4)  # past the grace period: the run's plan and its baseline trial are stale
+    r = cli(*args[:2], "--storage", f"sqlite:///{db}", "--trials", 1, env=env, check_rc=0)
+    assert "continuing the flat search run" in r.stdout and "its process stopped sending heartbeats" in r.stdout, r.stdout
+    assert "2 trial(s) held back" in r.stdout, r.stdout
+    trials = load(db, "tiny").trials
+    assert trials[0].state.name == "FAIL" and [t.state.name for t in trials[1:]] == ["COMPLETE"] * 3, [t.state.name for t in trials]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
