@@ -36,6 +36,7 @@ __all__ = [
     "ResilientRDBStorage",
     "check_storage_url",
     "check_writable",
+    "heartbeat_seconds",
     "is_transient",
     "mask_text",
     "mask_url",
@@ -269,6 +270,16 @@ def mask_url(url: str) -> str:
         return _SECRET_QUERY.sub(r"\1***", f"{scheme}://{rest}")
 
 
+def heartbeat_seconds() -> tuple[int, int]:
+    """``(interval, grace)``: seconds between heartbeats (of a running trial, of a search run's plan),
+    and of silence after which its process counts as gone (``$AUTOTUNE_HEARTBEAT_INTERVAL``,
+    ``$AUTOTUNE_HEARTBEAT_GRACE``; defaults :data:`HEARTBEAT_INTERVAL`, :data:`HEARTBEAT_GRACE`)."""
+    return (
+        int(os.environ.get("AUTOTUNE_HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL)),
+        int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE", HEARTBEAT_GRACE)),
+    )
+
+
 def _heartbeat_kwargs() -> dict[str, Any]:
     import optuna
 
@@ -279,8 +290,8 @@ def _heartbeat_kwargs() -> dict[str, Any]:
         optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
 
     return {
-        "heartbeat_interval": int(os.environ.get("AUTOTUNE_HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL)),
-        "grace_period": int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE", HEARTBEAT_GRACE)),
+        "heartbeat_interval": heartbeat_seconds()[0],
+        "grace_period": heartbeat_seconds()[1],
         "heartbeat_stale_trial_callback": stale,
     }
 

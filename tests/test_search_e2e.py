@@ -454,10 +454,74 @@ def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tm
     assert "Resume with:" in err and "autotune worker --study-name tiny --storage" in err
     assert "most recent call first" in err.split("Resume with:")[0]  # the SIGUSR1 stacks came first
     trials = load(db, "tiny").trials
-    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]  # the queued trial stays for the resume
+    # the queued trial stays for the resume, and the interrupted one is queued again (it measured nothing)
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING", "WAITING"]
+    assert trials[3].user_attrs["retry_of"] == 1 and trials[3].system_attrs["fixed_params"] == trials[1].params
     assert trials[1].user_attrs["fail_kind"] == "interrupted"
     assert trials[1].user_attrs["fail_reason"] == f"interrupted: {name} in the autotune process"
     assert not _group_alive(trials[1].user_attrs["process_group"])  # the interrupted trial's processes are gone
+
+
+def test_ctrl_c_in_stage_1_keeps_the_staged_search_s_whole_budget_and_the_same_command_finishes_it(tmp_path, cli):
+    """Issue 17, item 1: the rest of stage 1, the interrupted trial and stage 2 are not lost."""
+    db = tmp_path / "staged.db"
+    args = ["search", str(MODELS / "tiny.py"), "--search", "staged", "--trials", "5", "--samples", "256", "--storage", f"sqlite:///{db}"]
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env={**os.environ, "TINY_FAULTS": "1:hang"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # trial 1, the first stage-1 run, hangs once it trains
+        time.sleep(1)
+        try:
+            if any(t.number == 1 and t.state.name == "RUNNING" and "process_group" in t.user_attrs for t in load(db, "tiny").trials):
+                break
+        except Exception:  # the database or the study may not exist yet
+            continue
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    # stage 2 is still to add: a worker cannot finish the run, the same search command does
+    resume = err.split("Resume with:")[1].strip().splitlines()[0]
+    assert resume.startswith("autotune search ") and "--trials 5" in resume, err
+    trials = load(db, "tiny").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING", "WAITING"], [t.state.name for t in trials]
+    assert trials[3].user_attrs["retry_of"] == 1 and trials[3].user_attrs["stage"] == "system"
+    r = cli(*resume.split()[1:], check_rc=0)
+    assert "continuing the staged search run" in r.stdout and "(interrupted; 0 trial(s) held back, 2 stage-2 run(s) to add)" in r.stdout
+    trials = load(db, "tiny").trials
+    ran = [t for t in trials if t.user_attrs.get("fail_kind") != "interrupted"]
+    assert len(ran) == 5 and all(t.state.name == "COMPLETE" for t in ran), [(t.number, t.state.name) for t in trials]
+    # stage 1's two runs, then stage 2's (at full budget: "full", or sampling every knob once no system config can win)
+    assert [t.user_attrs.get("stage") for t in ran[1:3]] == ["system", "system"] and ran[3].user_attrs.get("stage") == "full"
+    assert all("trial_samples" not in t.user_attrs for t in ran[3:])
+    # a later plain run of the same command adds --trials more, as documented
+    r = cli(*resume.split()[1:], "--trials", 1, check_rc=0)
+    assert "continuing" not in r.stdout and len(load(db, "tiny").trials) == len(trials) + 1
+
+
+def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp_path, cli):
+    """SIGKILL: no resume command, but the run's plan goes stale and the same command takes over its rest."""
+    db = tmp_path / "killed.db"
+    env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "3"}
+    args = ["search", str(MODELS / "tiny.py"), "--trials", "3", "--samples", "256", "--storage", f"sqlite:///{db}"]
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env={**os.environ, **env, "TINY_FAULTS": "0:hang"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            if any(t.number == 0 and t.state.name == "RUNNING" and "process_group" in t.user_attrs for t in load(db, "tiny").trials):
+                break
+        except Exception:  # the database or the study may not exist yet
+            continue
+    proc.kill()
+    proc.communicate(timeout=60)
+    time.sleep(4)  # past the grace period: the run's plan and its baseline trial are stale
+    r = cli(*args[:2], "--storage", f"sqlite:///{db}", "--trials", 1, env=env, check_rc=0)
+    assert "continuing the flat search run" in r.stdout and "its process stopped sending heartbeats" in r.stdout, r.stdout
+    assert "2 trial(s) held back" in r.stdout, r.stdout
+    trials = load(db, "tiny").trials
+    assert trials[0].state.name == "FAIL" and [t.state.name for t in trials[1:]] == ["COMPLETE"] * 3, [t.state.name for t in trials]
 
 
 @pytest.mark.parametrize(

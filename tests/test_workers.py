@@ -1,5 +1,6 @@
 """Many processes on one study: PostgreSQL workers sharing a budget, a killed worker, fresh-database races."""
 
+import datetime
 import os
 import signal
 import subprocess
@@ -384,3 +385,32 @@ def _parent(pid):
         return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+@requires_postgres
+def test_one_search_and_three_workers_in_the_staged_search_each_run_trials_until_the_budget_is_spent(tmp_path, fresh_database):
+    """Issue 17, item 4: a worker stays while the search can still add trials (the baseline's wait,
+    stage 2's rounds), whatever the search mode, and stops once the budget is spent."""
+    env = {"AUTOTUNE_SEARCH": "staged", "TINY_SAMPLE_SLEEP": "0.01"}
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 8, "--samples", 256, "--storage", fresh_database, "--study-name", "staged"],
+                    tmp_path, env)
+    _wait_for_study(fresh_database, "staged")
+    workers = [_spawn(["worker", "--storage", fresh_database, "--study-name", "staged"], tmp_path, env) for _ in range(3)]
+    ended: dict[int, datetime.datetime] = {}
+    deadline = time.monotonic() + 600
+    while len(ended) < 4 and time.monotonic() < deadline:
+        for i, proc in enumerate([search, *workers]):
+            if i not in ended and proc.poll() is not None:
+                ended[i] = datetime.datetime.now()
+        time.sleep(0.2)
+    outputs = [p.communicate(timeout=60) for p in [search, *workers]]
+    for proc, (_out, err) in zip([search, *workers], outputs):
+        assert proc.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="staged", storage=fresh_database)
+    assert len(study.trials) == 8 and all(t.state.name == "COMPLETE" for t in study.trials), [t.state.name for t in study.trials]
+    assert {t.user_attrs.get("stage") for t in study.trials} >= {"system", "full"}  # both stages ran
+    last = max(t.datetime_complete for t in study.trials)
+    for i, (out, _err) in enumerate(outputs[1:], start=1):
+        ran, total = next((int(line.split()[2]), int(line.split()[-1])) for line in out.splitlines() if line.startswith("worker ran"))
+        assert ran >= 1 and total == 8, out[-2000:]  # it ran trials, and saw every trial of the budget queued
+        assert ended[i] >= last, f"worker {i} ended at {ended[i]}, before the last trial completed at {last}"

@@ -14,6 +14,7 @@ Modules, in the order a search uses them:
 - :mod:`~autotune.study.search`: entry points, :func:`run_search` and :func:`run_worker`, and the confirmation runs.
 - :mod:`~autotune.study.staged`: the ``--search staged`` policy.
 - :mod:`~autotune.study.queue`: the shared budget of WAITING trials, claimed and drained with ``--jobs``; Ctrl-C.
+- :mod:`~autotune.study.plan`: what each search run has still to add (workers wait for it; the next search continues a stopped run).
 - :mod:`~autotune.study.trial`: run one claimed trial (child process, heartbeat, pruning watcher).
 - :mod:`~autotune.study.tell`: what a finished, duplicate, pruned or interrupted trial stores.
 - :mod:`~autotune.study.records`: read-only queries: baseline, duplicates, confirmation groups, the recommendation.

@@ -16,15 +16,16 @@ from typing import Any
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.errors import BaselineFailedError, Interrupted
+from autotune.errors import BaselineFailedError, FailKind, Interrupted
 from autotune.hardware import Hardware
 from autotune.jobs import SlotPools, machine_slots
 from autotune.objective import monitor_note
-from autotune.optuna_compat import claim_waiting
+from autotune.optuna_compat import claim_waiting, fixed_params
 from autotune.pruning import make_pruner
 from autotune.space import baseline_params, suggest_config
 from autotune.storage import mask_url
 from autotune.study.options import BASELINE_WAIT, _env_pruner, option_defaults
+from autotune.study.plan import live_runs
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
@@ -76,6 +77,8 @@ def drain_queue(
     stage: str = "search",
     pools: Any = None,
     run_id: str | None = None,
+    plan: Any = None,
+    follow_runs: bool = False,
 ) -> int:
     """Add ``add`` trials to the study's queue (its shared budget), then run queued trials until none is left.
 
@@ -105,27 +108,32 @@ def drain_queue(
         pools: A :class:`autotune.jobs.SlotPools` the caller owns (its warm processes outlive this
             call: a staged search drains the queue several times), else one made and closed here.
         run_id: Groups this call's figures with the other calls of one ``search`` run.
+        plan: The search run's :class:`autotune.study.plan._Plan`: it records the trials held back,
+            and on Ctrl-C the run's rest (continued by the next ``autotune search``).
+        follow_runs: Wait (polling every second) while the queue is empty but a live search run can
+            still add trials (:func:`autotune.study.plan.live_runs`): ``autotune worker``.
 
     Returns:
         Trials this process ran.
 
     Raises:
         BaselineFailedError: The baseline trial failed.
-        Interrupted: Ctrl-C; running trials are stored as failed (``interrupted``), queued ones stay.
+        Interrupted: Ctrl-C or SIGTERM; running trials are stored as failed (``interrupted``) and
+            queued again, queued ones stay.
     """
     _fail_stale(study)
-    budget = _Budget(study, settings, seeds)
+    budget = _Budget(study, settings, seeds, plan)
     budget.add(add)
     cold = cold or leader is not None  # the other nodes start their ranks cold too
     own_pools = pools is None
     ctx = _context(settings, ui, jobs, cold, leader, pruner, pools)
     log_dir = ctx.log_dir
-    worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None)
+    worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None, follow_runs)
     try:
         ctx.pools.start_all(ctx.slots)
         _run_workers(ctx, worker.work)
     except KeyboardInterrupt:
-        raise _interrupted(study, settings, ctx, budget, storage_url) from None
+        raise _interrupted(study, settings, ctx, budget, storage_url, plan) from None
     finally:
         if own_pools:
             ctx.pools.close()
@@ -164,10 +172,15 @@ class _Budget:
     """This run's share of the study's queue: trials are queued at once, or (a new study) held back
     until the baseline has completed, so that no process starts a sampled trial before it."""
 
-    def __init__(self, study, settings: StudySettings, seeds: Sequence[tuple[dict, dict]]):
-        self.study, self.settings = study, settings
+    def __init__(self, study, settings: StudySettings, seeds: Sequence[tuple[dict, dict]], plan: Any = None):
+        self.study, self.settings, self.plan = study, settings, plan
         self.seeds = list(seeds)
         self.pending = 0
+
+    def _held(self) -> None:
+        """Record what is still held back in the search run's plan (queued trials are in the storage)."""
+        if self.plan is not None:
+            self.plan.hold(self.seeds[: self.pending], self.pending)
 
     def add(self, n: int) -> None:
         """Add ``n`` trials: the baseline first when the study has none (the rest wait for it)."""
@@ -175,12 +188,14 @@ class _Budget:
             return
         if self.study.user_attrs.get(BASELINE_ATTR) is not None:
             self.queue(n)
+            self._held()
             return
         if not _baseline_pending(self.study):
             baseline = TrialConfig.from_dict(self.settings.baseline_config)
             self.study.enqueue_trial(baseline_params(self.settings.space, baseline), user_attrs={"baseline": True})
             n -= 1
         self.pending = n
+        self._held()
 
     def queue(self, n: int) -> None:
         """Queue ``n`` trials: the seeded configs first (``--enqueue``, a staged search's), then sampled ones."""
@@ -195,13 +210,17 @@ class _Budget:
         """Queue the trials held back for the baseline."""
         self.queue(self.pending)
         self.pending = 0
+        self._held()
 
 
 class _Worker:
     """One thread's loop over the queue: claim a trial, run it, repeat until the queue is empty."""
 
-    def __init__(self, study, settings: StudySettings, ctx: _RunContext, budget: _Budget, deadline: float | None):
+    def __init__(
+        self, study, settings: StudySettings, ctx: _RunContext, budget: _Budget, deadline: float | None, follow_runs: bool = False
+    ):
         self.study, self.settings, self.ctx, self.budget, self.deadline = study, settings, ctx, budget, deadline
+        self.follow_runs = follow_runs
         self.resolved = settings.space
         self.baseline_config = TrialConfig.from_dict(settings.baseline_config)
         self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)
@@ -248,8 +267,9 @@ class _Worker:
             if not self.failed_baseline:
                 self.failed_baseline.append(None)
             return False
-        if _others_running(study, self.ctx):
-            # the queue is empty, but another process's trial may still go stale and be retried
+        if _others_running(study, self.ctx) or (self.follow_runs and live_runs(study)):
+            # the queue is empty, but another process's trial may still go stale and be retried, or a
+            # live search run still adds trials (the baseline's wait, a staged search's next round, confirmation)
             time.sleep(1.0)
             return True
         return False
@@ -296,19 +316,45 @@ def _run_workers(ctx: _RunContext, work) -> None:
             raise
 
 
-def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budget, storage_url: str) -> Interrupted:
-    """Stop the running trials after Ctrl-C, store them as interrupted, and say how to resume."""
+def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budget, storage_url: str, plan: Any = None) -> Interrupted:
+    """Stop the running trials after Ctrl-C (or SIGTERM), store them as interrupted and queue them again,
+    store the search run's rest in its plan, and say how to resume: the ``search`` command while the run
+    had trials (or its confirmation) still to add, else a ``worker`` command while trials are queued."""
     ctx.stop.set()
     ctx.kill_running()
     for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
         _fail_interrupted(study, number)
-    waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
-    resume = ""
-    if waiting and not budget.pending:
-        resume = shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
-    elif budget.pending:
-        resume = _resume_command(settings, storage_url, budget.pending + 1)
-    return Interrupted(resume)
+    _requeue_interrupted(study, ctx.asked)
+    if plan is not None:
+        plan.end("interrupted")
+    return Interrupted(_resume(study, settings, storage_url, plan))
+
+
+def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
+    """The command that finishes a stopped run (see :func:`_interrupted`), or ``""``."""
+    if plan is not None and (plan.left() or plan.confirm_left):
+        return _resume_command(settings, storage_url, plan.trials)
+    if any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False)):
+        return shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
+    return ""
+
+
+#: User attributes a queued trial was given that its retry keeps (what it is: baseline, stage, seed, confirmation).
+_QUEUED_ATTRS = ("baseline", "stage", "screen", "seeded_from", "confirm_of", "confirm_samples")
+
+
+def _requeue_interrupted(study, numbers: Sequence[int]) -> None:
+    """Queue again, once, each of trials ``numbers`` that Ctrl-C or SIGTERM failed (``fail_kind``
+    ``interrupted``), with the params it had (fixed or sampled) and what it was queued as; the retry
+    records ``retry_of``. An interrupted trial measured nothing, so the budget gets it back."""
+    every = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in every}
+    for number in numbers:
+        frozen = every[number] if number < len(every) else None
+        if frozen is None or frozen.state.name != "FAIL" or frozen.user_attrs.get("fail_kind") != FailKind.INTERRUPTED or number in retried:
+            continue
+        attrs = {key: frozen.user_attrs[key] for key in _QUEUED_ATTRS if key in frozen.user_attrs}
+        study.enqueue_trial({**fixed_params(frozen), **frozen.params}, user_attrs={**attrs, "retry_of": number})
 
 
 def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedError:
@@ -360,7 +406,8 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
         pass
 
 
-def _resume_command(settings: StudySettings, storage_url: str, remaining: int) -> str:
+def _resume_command(settings: StudySettings, storage_url: str, trials: int) -> str:
+    """The ``autotune search`` command of the study (model file relative to here when below it) with ``--trials``."""
     relative = os.path.relpath(settings.model_file)
     model = settings.model_file if relative.startswith("..") else relative
     parts = [
@@ -372,6 +419,6 @@ def _resume_command(settings: StudySettings, storage_url: str, remaining: int) -
         "--storage",
         mask_url(storage_url),
         "--trials",
-        str(max(1, remaining)),
+        str(max(1, trials)),
     ]
     return shlex.join(parts)

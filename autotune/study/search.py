@@ -16,7 +16,7 @@ import optuna
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
+from autotune.errors import Interrupted, StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
 from autotune.jobs import machine_slots
@@ -38,8 +38,9 @@ from autotune.study.options import (
     default_study_name,
     resolve_storage,
 )
+from autotune.study.plan import _Plan, _take_over, continue_line, stopped_runs
 from autotune.study.publish import _save_note, default_export_path, export_study
-from autotune.study.queue import drain_queue
+from autotune.study.queue import _resume, drain_queue
 from autotune.study.records import _baseline_pending, configs_left, confirm_candidates, recommendation
 from autotune.study.settings import (
     _METRIC_NAMES,
@@ -53,7 +54,7 @@ from autotune.study.settings import (
     load_study,
     settings_of,
 )
-from autotune.study.staged import _staged_search, screen_room
+from autotune.study.staged import _staged_search, _stages, screen_room
 from autotune.ui import UI
 
 
@@ -117,30 +118,53 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         )
     leader = _leader(study, settings, opts.node_rank, opts.node_group, "autotune search", ui)
     search = _search_kind(settings, opts, leader)
-    add, space_line = _trials_this_run(study, settings, opts, len(seeds), search)
+    stopped = stopped_runs(study)  # runs stopped by Ctrl-C, SIGTERM or SIGKILL: this run finishes them
+    space_line: str | None
+    if stopped:
+        add = sum(int(p.get("held", 0)) + int(p.get("full", 0)) for p in stopped) + _waiting(study)
+        space_line = continue_line(stopped, _waiting(study))
+        if seeds:
+            space_line += f"; --enqueue's {len(seeds)} config(s) are queued by the next run"
+    else:
+        add, space_line = _trials_this_run(study, settings, opts, len(seeds), search)
     ui.search_started(settings, add)
     if space_line:
         ui.info(space_line)
     for line in epoch_lines(study):  # a resumed study: batch sizes an earlier trial showed are larger than an epoch
         ui.info(line)
     run_id = f"{os.getpid()}-{time.time():.0f}"
-    ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add) if add else 0
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
-    if confirm and leader is None:
-        ran += _confirm(
-            study,
-            settings,
-            ui,
-            confirm,
-            opts.confirm_repeats,
-            opts.confirm_samples or 2 * settings.samples,
-            jobs=opts.jobs,
-            cold=opts.cold,
-            storage_url=storage_url,
-            run_id=run_id,
-        )
-    elif confirm:
-        ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
+    plan = _Plan(study, run_id, search, opts.trials)
+    plan.confirm_left = confirm if leader is None else 0
+    plan.start()
+    try:
+        if stopped:
+            ran = _continue(study, settings, opts, leader, storage_url, run_id, ui, stopped, plan)
+        else:
+            ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add, plan) if add else 0
+        if confirm and leader is None:
+            ran += _confirm(
+                study,
+                settings,
+                ui,
+                confirm,
+                opts.confirm_repeats,
+                opts.confirm_samples or 2 * settings.samples,
+                jobs=opts.jobs,
+                cold=opts.cold,
+                storage_url=storage_url,
+                run_id=run_id,
+                plan=plan,
+            )
+        elif confirm:
+            ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
+    except KeyboardInterrupt:  # between two drains of the queue (a drain stores its own interruption)
+        plan.end("interrupted")
+        raise Interrupted(_resume(study, settings, storage_url, plan)) from None
+    except BaseException:
+        plan.end("failed")  # a failed baseline, a lost database: this run adds nothing more (workers stop)
+        raise
+    plan.end("done")
     recommended, baseline = recommendation(study, settings)
     export_path = None
     if recommended is not None:
@@ -258,9 +282,22 @@ def _search(
     ui: UI,
     search: str,
     add: int,
+    plan: _Plan,
 ) -> int:
-    """Run this search's ``add`` trials (:func:`_trials_this_run`), ``staged`` or ``flat``. Returns the trials this process ran."""
-    drain = functools.partial(
+    """Run this search's ``add`` trials (:func:`_trials_this_run`), ``staged`` or ``flat``, recording
+    in ``plan`` what it has still to add. Returns the trials this process ran."""
+    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan)
+    if search == "staged":
+        left = configs_left(study, settings.space)
+        full_room = None if left is None else left[0] - left[1]
+        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold, full_room=full_room, plan=plan)
+    plan.hold(seeds, add)
+    return drain(add=add, seeds=seeds)
+
+
+def _drain(study, settings: StudySettings, opts: SearchOptions, leader: Any, storage_url: str, run_id: str, ui: UI, plan: _Plan):
+    """:func:`drain_queue` with this search run's arguments (``add``, ``seeds`` and ``pools`` left to give)."""
+    return functools.partial(
         drain_queue,
         study,
         settings,
@@ -271,12 +308,44 @@ def _search(
         leader=leader,
         pruner=(opts.pruner or _env_pruner(), opts.pruner_startup),
         run_id=run_id,
+        plan=plan,
     )
-    if search == "staged":
-        left = configs_left(study, settings.space)
-        full_room = None if left is None else left[0] - left[1]
-        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold, full_room=full_room)
-    return drain(add=add, seeds=seeds)
+
+
+def _waiting(study) -> int:
+    """The study's queued (WAITING) trials."""
+    return sum(t.state == optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+def _continue(
+    study,
+    settings: StudySettings,
+    opts: SearchOptions,
+    leader: Any,
+    storage_url: str,
+    run_id: str,
+    ui: UI,
+    stopped: Sequence[dict[str, Any]],
+    plan: _Plan,
+) -> int:
+    """Finish the search runs in ``stopped`` (:func:`autotune.study.plan.stopped_runs`), each in its own
+    search mode: its queued trials and held-back ones first (a staged run: the rest of stage 1), then
+    its stage-2 runs. This run adds no trials of its own. Returns the trials this process ran."""
+    for old in stopped:
+        _take_over(study, old, run_id)
+    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan)
+    ran = 0
+    for old in stopped:
+        plan.search, plan.trials = str(old.get("search", "flat")), int(old.get("trials") or opts.trials)
+        seeds = [(dict(params), dict(attrs)) for params, attrs in old.get("seeds", [])]
+        held, full = int(old.get("held", 0)), int(old.get("full", 0))
+        plan.full = full
+        plan.hold(seeds, held)
+        if plan.search == "staged":
+            ran += _stages(study, settings, ui, drain, held, seeds, full, opts.cold, plan)
+        else:
+            ran += drain(add=held, seeds=seeds)
+    return ran
 
 
 def _check_run_inputs(opts: SearchOptions, settings: StudySettings, new_study: bool = False) -> list[tuple[dict, dict]]:
@@ -334,8 +403,10 @@ def _confirm(
     cold: bool,
     storage_url: str,
     run_id: str | None = None,
+    plan: _Plan | None = None,
 ) -> int:
-    """Queue and run the confirmation runs (see :mod:`autotune.confirm`). Returns the runs this process ran."""
+    """Queue and run the confirmation runs (see :mod:`autotune.confirm`); ``plan`` records that the
+    search run has queued them. Returns the runs this process ran."""
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
         return 0
@@ -352,11 +423,14 @@ def _confirm(
         for _ in range(max(0, repeats - len(done))):
             study.enqueue_trial(dict(original.params), user_attrs={"confirm_of": original.number, "confirm_samples": samples})
             queued += 1
+    if plan is not None:
+        plan.confirm_left = 0
+        plan.save()
     if not queued:
         return 0
     which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
     ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
-    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm", run_id=run_id)
+    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm", run_id=run_id, plan=plan)
 
 
 def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):
@@ -447,8 +521,9 @@ def run_worker(
 ) -> SearchResult:
     """Join an existing study and run its queued trials (``autotune worker``).
 
-    Every setting comes from the study. The worker stops when the study's queue is empty (its shared
-    budget is spent), after ``timeout`` seconds, or on Ctrl-C. The model file must be at the same
+    Every setting comes from the study. The worker stops when the study's queue is empty and no live
+    ``search`` run can add trials to it any more (its shared budget is spent; see
+    :mod:`autotune.study.plan`), after ``timeout`` seconds, or on Ctrl-C or SIGTERM. The model file must be at the same
     path on this machine as where the study was created (a shared file system or the same checkout).
 
     Raises:
@@ -478,6 +553,16 @@ def run_worker(
         ran = follow(study, leader, ui, devices=int(settings.devices), timeout=timeout)
         recommended, baseline = recommendation(study, settings)
         return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
-    ran = drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader)
+    ran = drain_queue(
+        study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader, follow_runs=True
+    )
+    for old in stopped_runs(study):  # what no worker can run: say so, and how to get it
+        left = int(old.get("held", 0)) + int(old.get("full", 0))
+        if left:
+            why = "was interrupted" if old.get("state") == "interrupted" else "stopped sending heartbeats (killed?)"
+            ui.info(
+                f"search run {old['run']} {why} with {left} trial(s) it had not queued; "
+                "run its `autotune search` command again to continue it"
+            )
     recommended, baseline = recommendation(study, settings)
     return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)

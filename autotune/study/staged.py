@@ -219,6 +219,7 @@ def _staged_search(
     seeds: list,
     cold: bool = False,
     full_room: int | None = None,
+    plan: Any = None,
 ) -> int:
     """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
     accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
@@ -228,7 +229,8 @@ def _staged_search(
     are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
     processes serves every round. ``full_room`` (a discrete space): the configs no trial has run at
     full budget yet, which bounds the full-budget runs (the baseline's and ``--enqueue``'s included);
-    the runs above it screen more system configs instead, or are not added. Returns the trials this
+    the runs above it screen more system configs instead, or are not added. ``plan`` (a
+    :class:`autotune.study.plan._Plan`) records what the run has still to add. Returns the trials this
     process ran."""
 
     resolved = settings.space
@@ -255,10 +257,29 @@ def _staged_search(
         first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
+    add = (1 if baseline_needed else 0) + len(seeds) + n_system
+    _hold(plan, list(seeds) + first, add, n_full)
+    return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, cold, plan)
+
+
+def _stages(
+    study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, full: int, cold: bool, plan: Any = None
+) -> int:
+    """Run a staged search's plan: queue and drain ``add`` trials (``seeds`` first: the baseline's turn,
+    ``--enqueue``'s, stage 1's), then ``full`` stage-2 runs round by round (:func:`stage2_round`). A
+    continued run (:mod:`autotune.study.plan`) starts here with what it had left. ``plan`` (a
+    :class:`autotune.study.plan._Plan`) records the stage-2 runs not queued yet. Returns the trials
+    this process ran."""
+    resolved = settings.space
+    fixed = {
+        key: value
+        for key, value in baseline_params(resolved, TrialConfig.from_dict(settings.baseline_config)).items()
+        if key in _convergence(resolved)
+    }
     pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
-        ran = drain(add=(1 if baseline_needed else 0) + len(seeds) + n_system, seeds=list(seeds) + first, pools=pools)
-        left = n_full
+        ran = drain(add=add, seeds=seeds, pools=pools)
+        left = full
         while left > 0:
             batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]
             if not batch:
@@ -266,12 +287,22 @@ def _staged_search(
                     f"staged search: no system config left that could beat the best feasible trial; "
                     f"the last {left} trial(s) sample every knob"
                 )
+                _hold(plan, [], left, 0)
                 ran += drain(add=left, pools=pools)
                 break
             ui.info("staged search, stage 2: " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+            _hold(plan, batch, len(batch), left - len(batch))
             ran += drain(add=len(batch), seeds=batch, pools=pools)
             left -= len(batch)
     finally:
         pools.close()
         shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
+
+
+def _hold(plan: Any, seeds: list, held: int, full: int) -> None:
+    """Record in ``plan`` (if any) the trials about to be queued (``held``, ``seeds`` first) and the
+    stage-2 runs after them (``full``): until the queue has them, a stopped run's plan keeps them."""
+    if plan is not None:
+        plan.full = full
+        plan.hold(seeds, held)

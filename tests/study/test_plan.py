@@ -1,0 +1,59 @@
+"""A search run's plan in the study (no training): what workers wait for and what the next search continues."""
+
+import optuna
+
+from autotune.errors import FailKind
+from autotune.optuna_compat import study_system_attrs
+from autotune.study.plan import PLAN_ATTR, _Plan, _take_over, continue_line, live_runs, stopped_runs
+from autotune.study.queue import _requeue_interrupted
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_a_live_plan_keeps_workers_waiting_and_a_stopped_or_silent_one_is_continued(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_INTERVAL", "1")
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE", "30")
+    study = optuna.create_study()
+    live = _Plan(study, "live", "staged", 8)
+    live.full = 3
+    live.hold([({"batch_size": 32}, {"stage": "system"})], 2)
+    assert [p["run"] for p in live_runs(study)] == ["live"] and live_runs(study, exclude="live") == []
+    assert stopped_runs(study) == []
+    stopped = _Plan(study, "stopped", "flat", 4)
+    stopped.hold([], 3)
+    stopped.end("interrupted")
+    done = _Plan(study, "done", "flat", 2)
+    done.end("done")
+    # a search process killed with SIGKILL: its plan's heartbeat is older than the grace period
+    killed = _Plan(study, "killed", "staged", 6)
+    killed.save()
+    old = study_system_attrs(study)[PLAN_ATTR + "killed"]
+    study._storage.set_study_system_attr(study._study_id, PLAN_ATTR + "killed", {**old, "beat": old["beat"] - 31})
+    assert [p["run"] for p in live_runs(study)] == ["live"]
+    assert sorted(p["run"] for p in stopped_runs(study)) == ["killed", "stopped"]
+    seeds = next(p for p in live_runs(study))["seeds"]
+    assert seeds == [[{"batch_size": 32}, {"stage": "system"}]]
+    line = continue_line([study_system_attrs(study)[PLAN_ATTR + "stopped"]], 5)
+    assert line.startswith("continuing the flat search run stopped of --trials 4 (interrupted; 3 trial(s) held back)")
+    assert "with the 5 trial(s) it left queued; this run adds no new trials" in line
+    _take_over(study, study_system_attrs(study)[PLAN_ATTR + "stopped"], "next")
+    assert [p["run"] for p in stopped_runs(study)] == ["killed"]  # continued once only
+    live.end("done")
+    live.end("interrupted")  # an ended plan stays as it ended
+    assert live_runs(study) == [] and study_system_attrs(study)[PLAN_ATTR + "live"]["state"] == "done"
+
+
+def test_an_interrupted_trial_is_queued_again_once_with_its_params_and_what_it_was_queued_as():
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1}, user_attrs={"stage": "system", "screen": True})
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 9), "y": optuna.distributions.FloatDistribution(0, 1)})
+    trial.set_user_attr("fail_kind", FailKind.INTERRUPTED)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    other = study.ask()
+    study.tell(other, state=optuna.trial.TrialState.FAIL)  # failed for another reason: not queued again
+    _requeue_interrupted(study, [0, 1])
+    _requeue_interrupted(study, [0, 1])
+    retries = [t for t in study.trials if t.state.name == "WAITING"]
+    assert len(retries) == 1
+    assert retries[0].user_attrs == {"stage": "system", "screen": True, "retry_of": 0}
+    assert retries[0].system_attrs["fixed_params"] == study.trials[0].params and set(study.trials[0].params) == {"x", "y"}
