@@ -50,6 +50,28 @@ HEARTBEAT_GRACE = 60
 
 #: Seconds a storage call keeps retrying a lost database before it raises (``AUTOTUNE_STORAGE_RETRY``).
 RETRY_SECONDS = 120.0
+#: Seconds a SQLite call waits for a lock (less when ``$AUTOTUNE_STORAGE_RETRY`` is shorter).
+SQLITE_LOCK_TIMEOUT = 60.0
+
+
+def _retry_seconds() -> float:
+    """``$AUTOTUNE_STORAGE_RETRY`` (seconds >= 0), else :data:`RETRY_SECONDS`.
+
+    Raises:
+        UsageError: The variable is not a number >= 0.
+    """
+    raw = os.environ.get("AUTOTUNE_STORAGE_RETRY", "")
+    try:
+        value = float(raw) if raw.strip() else RETRY_SECONDS
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        from autotune.errors import UsageError
+
+        raise UsageError(f"$AUTOTUNE_STORAGE_RETRY={raw!r} must be a number of seconds >= 0 (how long a lost database is waited for)")
+    return value
+
+
 #: Private methods that Optuna's own wrappers call (``_CachedStorage``, ``fail_stale_trials``); each
 #: opens and commits its own session, so it can be retried whole.
 _PRIVATE_CALLS = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
@@ -98,7 +120,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
 
     def __init__(self, url: str, *, label: str = "the study database", retry_seconds: float | None = None, **kwargs: Any):
         self._label = label
-        self._retry_seconds = float(retry_seconds if retry_seconds is not None else os.environ.get("AUTOTUNE_STORAGE_RETRY", RETRY_SECONDS))
+        self._retry_seconds = float(retry_seconds) if retry_seconds is not None else _retry_seconds()
         self._outage_lock = threading.Lock()
         self._down_since: float | None = None
         super().__init__(url, **kwargs)
@@ -386,7 +408,7 @@ def _create_private(path: Path) -> None:
 def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
     """An Optuna RDB storage for ``url``.
 
-    SQLite files get a 60 s lock timeout; the default folder ``studies/`` is created when ``create``
+    SQLite files get a 60 s lock timeout (at most ``$AUTOTUNE_STORAGE_RETRY``); the default folder ``studies/`` is created when ``create``
     (any other folder must exist). A new SQLite file is created readable by its owner only (``0600``,
     the ``studies/`` folder ``0700``, less what the umask also removes). Calls ride out a database that is briefly unreachable
     (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
@@ -406,7 +428,9 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if create and not path.exists():
             _create_private(path)
-        engine_kwargs = {"connect_args": {"timeout": 60}}
+        # SQLite waits a lock out inside each call: never longer than the retry window, so that a lock
+        # held past $AUTOTUNE_STORAGE_RETRY stops the process at the limit as an outage does
+        engine_kwargs = {"connect_args": {"timeout": max(1.0, min(SQLITE_LOCK_TIMEOUT, _retry_seconds()))}}
     import warnings
 
     masked = mask_url(url)

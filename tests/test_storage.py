@@ -203,3 +203,16 @@ def test_a_chmod_read_only_database_is_refused_by_the_cli(tmp_path, cli):
     r = cli("search", MODELS / "tiny.py", "--storage", f"sqlite:///{db}")
     assert r.returncode == 2 and r.stderr.strip() == (f"autotune: error: storage 'sqlite:///{db}': the database file '{db}' is not writable; "
                                                       f"make it writable (chmod u+w {db}) or give --storage a copy you can write")
+
+
+def test_sqlite_waits_a_lock_no_longer_than_the_retry_window(tmp_path, monkeypatch):
+    from autotune.errors import UsageError
+    from autotune.storage import open_storage
+
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "4")
+    assert open_storage(f"sqlite:///{tmp_path / 'a.db'}").engine_kwargs["connect_args"]["timeout"] == 4.0
+    monkeypatch.delenv("AUTOTUNE_STORAGE_RETRY")
+    assert open_storage(f"sqlite:///{tmp_path / 'b.db'}").engine_kwargs["connect_args"]["timeout"] == 60.0
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "soon")
+    with pytest.raises(UsageError, match=r"\$AUTOTUNE_STORAGE_RETRY='soon' must be a number of seconds >= 0"):
+        open_storage(f"sqlite:///{tmp_path / 'c.db'}")
