@@ -489,18 +489,14 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted" if stopped_by() == "Ctrl-C" else f"\nstopped by {stopped_by()}", file=sys.stderr)
         return 130 if stopped_by() == "Ctrl-C" else 143
-    except UsageError as e:
+    except AutotuneError as e:  # bad input (exit 2) or a failure (exit 1); --debug adds the tracebacks, same exit code
         if args.debug:
+            import traceback
+
             _print_detail(e)
-            raise
+            traceback.print_exc()
         print(f"autotune: error: {e}", file=sys.stderr)
-        return 2
-    except AutotuneError as e:
-        if args.debug:
-            _print_detail(e)
-            raise
-        print(f"autotune: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
     except Exception as e:
         from autotune.storage import is_transient
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -169,6 +170,13 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
+def _cell(key: str, row: Mapping[str, Any]) -> str:
+    """A table cell: the samples/s of a trial that did not complete (what it measured before it failed
+    or was stopped) in parentheses, since it is no result."""
+    text = _fmt(key, row.get(key))
+    return f"({text})" if key == "samples_per_sec" and text and row.get("state") != "COMPLETE" else text
+
+
 def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title: str | None = None) -> str | None:
     """Print rows as a rich table (``fmt="table"``), or return them as JSON or YAML text."""
     if fmt == "json":
@@ -188,7 +196,7 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     ]
     cells = [
         (
-            [_fmt(c.key, row.get(c.key)) for c in columns],
+            [_cell(c.key, row) for c in columns],
             "bold green" if "recommended" in (row.get("note") or "") else ("dim" if row["state"] != "COMPLETE" else None),
         )
         for row in rows
@@ -422,6 +430,11 @@ class ConsoleUI:
         for line in frontier_lines(oom_frontier(study)):
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
+        # this process's own run (its run id starts with its pid), not a worker's that finished later
+        mine = [r for r in runs if str(r.get("run_id") or "").startswith(f"{os.getpid()}-")]
+        if mine:  # its records last, so the line below describes them
+            own = mine[-1]["run_id"]
+            runs = [r for r in runs if r.get("run_id") != own] + [r for r in runs if r.get("run_id") == own]
         if runs and runs[-1].get("overhead_fraction") is not None:
             run = dict(runs[-1])
             # this run = every record of its run id (a staged search's rounds, its confirmation)

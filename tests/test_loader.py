@@ -316,7 +316,8 @@ def test_the_cli_names_a_raising_constructor_in_one_line_and_shows_its_traceback
     assert "Traceback" not in r.stderr and not list(tmp_path.glob("studies/*.db"))
 
     r = cli("search", "raises.py", "--trials", 1, "--debug")
-    assert r.returncode == 1, r.stderr  # the exception propagates
+    assert r.returncode == 2, r.stderr  # the tracebacks, and the same exit code as without --debug
+    assert r.stderr.strip().splitlines()[-1].startswith("autotune: error: ")
     assert f'File "{tmp_path / "raises.py"}", line {line}, in __init__' in r.stderr  # the user's frame, from the inspection process
     assert "RuntimeError: no weights file found" in r.stderr
 

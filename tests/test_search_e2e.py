@@ -465,7 +465,8 @@ def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tm
 def test_ctrl_c_in_stage_1_keeps_the_staged_search_s_whole_budget_and_the_same_command_finishes_it(tmp_path, cli):
     """Issue 17, item 1: the rest of stage 1, the interrupted trial and stage 2 are not lost."""
     db = tmp_path / "staged.db"
-    args = ["search", str(MODELS / "tiny.py"), "--search", "staged", "--trials", "5", "--samples", "256", "--storage", f"sqlite:///{db}"]
+    args = ["search", str(MODELS / "tiny.py"), "--search", "staged", "--trials", "5", "--samples", "256", "--storage", f"sqlite:///{db}",
+            "--confirm", "0"]
     proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env={**os.environ, "TINY_FAULTS": "1:hang"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -482,6 +483,7 @@ def test_ctrl_c_in_stage_1_keeps_the_staged_search_s_whole_budget_and_the_same_c
     assert proc.returncode == 130, err
     # stage 2 is still to add: a worker cannot finish the run, the same search command does
     resume = err.split("Resume with:")[1].strip().splitlines()[0]
+    assert resume.endswith("--trials 5 --confirm 0 --search staged"), resume  # the run's own flags, not only the study's
     assert resume.startswith("autotune search ") and "--trials 5" in resume, err
     trials = load(db, "tiny").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING", "WAITING"], [t.state.name for t in trials]

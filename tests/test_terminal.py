@@ -17,7 +17,7 @@ from study.helpers import add, make_settings, make_study  # tests/study/helpers.
 
 from autotune.cli import EXIT_BROKEN_PIPE
 from autotune.live import LiveUI
-from autotune.report import _COLUMNS, _TEXT_COLUMNS, ConsoleUI, _fmt, render_rows, sort_key, trial_rows
+from autotune.report import _COLUMNS, _TEXT_COLUMNS, ConsoleUI, _cell, _fmt, render_rows, sort_key, trial_rows
 from autotune.study import load_study, recommendation
 
 LABELS = {key: label for key, label, _ in _COLUMNS}
@@ -74,7 +74,7 @@ def check_table(text: str, width: int, rows: list[dict], label_of: dict[str, str
 
 def shown_rows(rows):
     """Each row as the table shows it: every column's text."""
-    return [{key: _fmt(key, row.get(key)) for key in LABELS} for row in rows]
+    return [{key: _cell(key, row) for key in LABELS} for row in rows]
 
 
 def plain(text: str) -> str:
@@ -225,3 +225,28 @@ def test_a_broken_pipe_other_than_the_output_is_not_hidden(monkeypatch, capfd):
     with pytest.raises(BrokenPipeError):
         cli.main(["show", "x.db"])
     assert capfd.readouterr().out == ""
+
+
+def test_the_run_line_describes_this_process_s_run_not_a_worker_s_that_ended_later():
+    import os
+
+    study = realistic_study()
+    settings = make_settings()
+    record = {"jobs": 1, "launch": "warm", "training_seconds": 1.0, "overhead_fraction": 0.5, "stage": "search"}
+    study.set_user_attr("runs", [
+        {**record, "trials": 3, "wall_seconds": 10.0, "run_id": f"{os.getpid()}-1"},
+        {**record, "trials": 1, "wall_seconds": 4.0, "run_id": f"{os.getpid()}-1", "stage": "confirm"},
+        {**record, "trials": 2, "wall_seconds": 11.3, "run_id": None},  # a worker's, appended last
+    ])
+    recommended, baseline = recommendation(study, settings)
+    ui = ConsoleUI()
+    out = io.StringIO()
+    ui.console = Console(file=out, width=200)
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "this run: 4 trial(s) in 14.0 s" in out.getvalue()
+
+
+def test_a_trial_that_did_not_complete_shows_its_samples_per_sec_in_parentheses():
+    assert _cell("samples_per_sec", {"state": "FAIL", "samples_per_sec": 25429.4}) == "(25,429)"
+    assert _cell("samples_per_sec", {"state": "COMPLETE", "samples_per_sec": 25429.4}) == "25,429"
+    assert _cell("samples_per_sec", {"state": "FAIL", "samples_per_sec": None}) == ""

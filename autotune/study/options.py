@@ -263,3 +263,33 @@ def check_out_path(out: Path) -> None:
             if not parent.is_dir():
                 raise UsageError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a folder")
             break
+
+
+def run_flags(opts: SearchOptions) -> list[str]:
+    """The flags of a ``search`` that belong to the run, not to the study (the study stores its
+    settings, so a resumed run needs only these repeated): what the resume command carries.
+
+    Returns:
+        Command-line words, e.g. ``["--confirm", "0", "--jobs", "2"]`` (defaults left out).
+    """
+    defaults = option_defaults()
+    words: list[str] = []
+    for name in (
+        "confirm",
+        "confirm_repeats",
+        "confirm_samples",
+        "jobs",
+        "sampler",
+        "pruner",
+        "pruner_startup",
+        "search",
+        "memory_limit",
+        "memory_margin",
+        "out",
+    ):
+        value = getattr(opts, name)
+        if value is not None and value != defaults.get(name):
+            words += [f"--{name.replace('_', '-')}", str(value)]
+    if opts.cold:
+        words.append("--cold")
+    return words

@@ -46,6 +46,7 @@ class _Plan:
         self.held = 0
         self.full = 0
         self.confirm_left = 0
+        self.flags: list[str] = []  # the run's own flags, for its resume command (options.run_flags)
         self.state = "running"
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -333,7 +333,7 @@ def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budg
 def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
     """The command that finishes a stopped run (see :func:`_interrupted`), or ``""``."""
     if plan is not None and (plan.left() or plan.confirm_left):
-        return _resume_command(settings, storage_url, plan.trials)
+        return _resume_command(settings, storage_url, plan.trials, plan.flags)
     if any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False)):
         return shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
     return ""
@@ -365,6 +365,11 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
             return BaselineFailedError(f"study {settings.study_name!r} has no baseline queued; start it with `autotune search` first")
         frozen = failed[-1]
     reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
+    if frozen.user_attrs.get("fail_kind") == FailKind.MONITOR_MISSING:
+        return BaselineFailedError(
+            f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; run the same command with "
+            "--monitor NAME, NAME one of the metrics it logged (the study takes the corrected --monitor while no trial has completed)"
+        )
     return BaselineFailedError(
         f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; "
         "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
@@ -406,8 +411,10 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
         pass
 
 
-def _resume_command(settings: StudySettings, storage_url: str, trials: int) -> str:
-    """The ``autotune search`` command of the study (model file relative to here when below it) with ``--trials``."""
+def _resume_command(settings: StudySettings, storage_url: str, trials: int, flags: Sequence[str] = ()) -> str:
+    """The ``autotune search`` command of the study (model file relative to here when below it) with
+    ``--trials`` and the run's own ``flags`` (:func:`autotune.study.options.run_flags`: ``--confirm 0``,
+    ``--jobs``, ...; the study stores the rest)."""
     relative = os.path.relpath(settings.model_file)
     model = settings.model_file if relative.startswith("..") else relative
     parts = [
@@ -420,5 +427,6 @@ def _resume_command(settings: StudySettings, storage_url: str, trials: int) -> s
         mask_url(storage_url),
         "--trials",
         str(max(1, trials)),
+        *flags,
     ]
     return shlex.join(parts)

@@ -37,6 +37,7 @@ from autotune.study.options import (
     default_search,
     default_study_name,
     resolve_storage,
+    run_flags,
 )
 from autotune.study.plan import _Plan, _take_over, continue_line, stopped_runs
 from autotune.study.publish import _save_note, default_export_path, export_study
@@ -135,6 +136,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     run_id = f"{os.getpid()}-{time.time():.0f}"
     confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     plan = _Plan(study, run_id, search, opts.trials)
+    plan.flags = run_flags(opts)
     plan.confirm_left = confirm if leader is None else 0
     plan.start()
     try:
