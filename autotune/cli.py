@@ -480,7 +480,8 @@ def _main(argv: list[str] | None) -> int:
     from autotune.study import Interrupted
 
     _stacks_on_sigusr1()
-    stop_on_sigterm()
+    if args.command in ("search", "worker"):  # commands that run trials store them as interrupted; others just end
+        stop_on_sigterm()
     try:
         return _COMMANDS[args.command](args)
     except Interrupted as e:
