@@ -11,7 +11,8 @@ Modules, in the order a search uses them:
 - :mod:`~autotune.study.options`: what the user asked for (:class:`SearchOptions`), every default, the checks before anything is created.
 - :mod:`~autotune.study.settings`: the study's settings (model inspection, baseline, resolved space); create, load, check on resume.
 - :mod:`~autotune.study.probe`: the memory model's probes before the search.
-- :mod:`~autotune.study.search`: entry points, :func:`run_search` and :func:`run_worker`, and the confirmation runs.
+- :mod:`~autotune.study.search`: the entry point :func:`run_search`, and the confirmation runs.
+- :mod:`~autotune.study.worker`: :func:`run_worker` (``autotune worker``), which waits for a study that does not exist yet.
 - :mod:`~autotune.study.staged`: the ``--search staged`` policy.
 - :mod:`~autotune.study.queue`: the shared budget of WAITING trials, claimed and drained with ``--jobs``; Ctrl-C.
 - :mod:`~autotune.study.plan`: what each search run has still to add (workers wait for it; the next search continues a stopped run).
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
         recommendation,
         records_of,
     )
-    from autotune.study.search import SearchResult, run_search, run_worker
+    from autotune.study.search import SearchResult, run_search
     from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR, load_study
     from autotune.study.staged import (
         screen_points,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         system_part,
         top_system_configs,
     )
+    from autotune.study.worker import run_worker
 
 __all__ = [
     "BASELINE_ATTR",
@@ -134,7 +136,7 @@ _HOMES = {
     "records_of": "autotune.study.records",
     "resolve_storage": "autotune.study.options",
     "run_search": "autotune.study.search",
-    "run_worker": "autotune.study.search",
+    "run_worker": "autotune.study.worker",
     "screen_points": "autotune.study.staged",
     "stage2_round": "autotune.study.staged",
     "staged_plan": "autotune.study.staged",
