@@ -292,7 +292,7 @@ def _cmd_worker(args) -> int:
     finally:
         ui.stop()
     study, _settings = load_study(result.study_name, result.storage)
-    ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.trials)}")
+    ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.get_trials(deepcopy=False))}")
     return 0
 
 

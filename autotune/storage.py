@@ -165,6 +165,19 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                         self._down_since = None
             return result
 
+    def _get_trials(self, study_id: int, states: Any, included_trial_ids: set[int], trial_id_greater_than: int) -> list:
+        """Optuna's ``RDBStorage._get_trials`` (the read behind ``get_all_trials`` and Optuna's trial
+        cache), through :func:`autotune.bulk_read.read_trials`: the same trials, ~5x faster. An error that
+        is not a lost connection falls back to Optuna's own read."""
+        from autotune.bulk_read import read_trials
+
+        try:
+            return read_trials(self.engine, study_id, states, included_trial_ids, trial_id_greater_than)
+        except Exception as e:
+            if is_transient(e):
+                raise
+            return super()._get_trials(study_id, states, included_trial_ids, trial_id_greater_than)
+
     def _reason(self, error: BaseException) -> str:
         """The first line of the database driver's own message (Optuna wraps it in a generic
         "invalid data in the commit" error), password masked, at most 160 characters."""
@@ -191,7 +204,8 @@ def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 for _name in dir(optuna.storages.RDBStorage):
-    _method = getattr(optuna.storages.RDBStorage, _name)
+    # a method ResilientRDBStorage defines itself (``_get_trials``) is wrapped, not replaced
+    _method = ResilientRDBStorage.__dict__.get(_name) or getattr(optuna.storages.RDBStorage, _name)
     public = not _name.startswith("_") or _name in _PRIVATE_CALLS
     if public and _name not in _NOT_RETRIED and callable(_method) and not isinstance(_method, type):
         setattr(ResilientRDBStorage, _name, _wrap(_name, _method))
@@ -406,7 +420,10 @@ def _create_private(path: Path) -> None:
 
 
 def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
-    """An Optuna RDB storage for ``url``.
+    """An Optuna storage for ``url``: Optuna's trial cache (``_CachedStorage``) over a
+    :class:`ResilientRDBStorage`. Open it once per process and pass the object to every
+    ``optuna.load_study``: finished trials are then read from the database once, and each later read
+    fetches only new and unfinished trials.
 
     SQLite files get a 60 s lock timeout (at most ``$AUTOTUNE_STORAGE_RETRY``); the default folder ``studies/`` is created when ``create``
     (any other folder must exist). A new SQLite file is created readable by its owner only (``0600``,
@@ -440,9 +457,12 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 from autotune.storage import ResilientRDBStorage
 
-                return ResilientRDBStorage(
+                rdb = ResilientRDBStorage(
                     url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {})
                 )
+                # Optuna's own cache of finished trials (``optuna.load_study`` wraps a bare RDBStorage in a
+                # new, empty one on every call): each later read fetches only new and unfinished trials
+                return optuna.storages._CachedStorage(rdb)
         except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
             detail = mask_text(str(e).splitlines()[0] if str(e) else type(e).__name__, url)
             if "upgrade" in str(e) and "storage" in str(e):

@@ -210,9 +210,9 @@ def test_sqlite_waits_a_lock_no_longer_than_the_retry_window(tmp_path, monkeypat
     from autotune.storage import open_storage
 
     monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "4")
-    assert open_storage(f"sqlite:///{tmp_path / 'a.db'}").engine_kwargs["connect_args"]["timeout"] == 4.0
+    assert open_storage(f"sqlite:///{tmp_path / 'a.db'}")._backend.engine_kwargs["connect_args"]["timeout"] == 4.0
     monkeypatch.delenv("AUTOTUNE_STORAGE_RETRY")
-    assert open_storage(f"sqlite:///{tmp_path / 'b.db'}").engine_kwargs["connect_args"]["timeout"] == 60.0
+    assert open_storage(f"sqlite:///{tmp_path / 'b.db'}")._backend.engine_kwargs["connect_args"]["timeout"] == 60.0
     monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "soon")
     with pytest.raises(UsageError, match=r"\$AUTOTUNE_STORAGE_RETRY='soon' must be a number of seconds >= 0"):
         open_storage(f"sqlite:///{tmp_path / 'c.db'}")

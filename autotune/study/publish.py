@@ -76,7 +76,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     measured = speedup_line(confirmed_speed(study, settings), trial, baseline)
     header = [
         "autotune recommendation (LightningCLI config)",
-        f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(study.trials)}",
+        f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(study.get_trials(deepcopy=False))}",
         measured,
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings.loss_tolerance:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
         *confirmation_lines(confirmation(study, settings), settings.objective),

@@ -109,7 +109,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     check_writable(storage_url)  # a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
-    study.sampler = _make_sampler(settings, len(study.trials), opts.sampler)
+    study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
         raise UsageError(
@@ -204,7 +204,7 @@ def _open_study(
         if opts.trial_timeout is not None:
             settings = settings.replace(trial_timeout=opts.trial_timeout)
         seeds = _check_run_inputs(opts, settings)
-        ui.info(f"resuming study {study_name!r} ({len(study.trials)} trials so far) in {mask_url(storage_url)}")
+        ui.info(f"resuming study {study_name!r} ({len(study.get_trials(deepcopy=False))} trials so far) in {mask_url(storage_url)}")
         return study, settings, seeds
     if settings is None:
         settings = _create_settings(opts, model_file, study_name, ui)

@@ -171,8 +171,8 @@ def settings_of(study) -> StudySettings | None:
 
 
 def _study_names(storage) -> list[str]:
-
-    return [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+    """Names of the studies in ``storage`` (one query of the studies table: no trial is read)."""
+    return [s.study_name for s in storage.get_all_studies()]
 
 
 def load_study(study_name: str | None, storage_url: str):

@@ -199,7 +199,7 @@ def _screen(study, settings: StudySettings) -> list[dict[str, Any]] | None:
         study.get_trials(deepcopy=False),
         resolved,
         _convergence(resolved),
-        int(settings.seed) + len(study.trials),
+        int(settings.seed) + len(study.get_trials(deepcopy=False)),
         [baseline_params(resolved, baseline)],
     )
 

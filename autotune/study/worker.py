@@ -90,8 +90,8 @@ def run_worker(
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
-    study.sampler = _make_sampler(settings, len(study.trials) + os.getpid())
-    ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.trials)} trials so far)")
+    study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)) + os.getpid())
+    ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.get_trials(deepcopy=False))} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
     if leader is not None and jobs != 1:  # a multi-node study (either end of it)
         raise UsageError(f"--jobs {jobs}: a multi-node trial takes whole nodes; use --jobs 1")

@@ -1,0 +1,105 @@
+"""autotune's bulk trial read returns exactly what Optuna's own ORM read returns."""
+
+import math
+import uuid
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune.bulk_read import read_trials
+from autotune.storage import open_storage
+from tests.test_search_e2e import POSTGRES, _postgres_answers
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _fill(storage) -> optuna.Study:
+    """A two-objective study with a trial in every state, every distribution type and odd values."""
+    study = optuna.create_study(storage=storage, study_name=f"bulk-{uuid.uuid4().hex[:8]}", directions=["maximize", "minimize"])
+    dists = {
+        "batch_size": CategoricalDistribution([16, 32, None, "x", True]),
+        "lr": FloatDistribution(1e-5, 1.0, log=True),
+        "dropout": FloatDistribution(0.0, 0.5, step=0.1),
+        "workers": IntDistribution(0, 8),
+        "accum": IntDistribution(1, 64, log=True),
+    }
+    params = {"batch_size": None, "lr": 3e-4, "dropout": 0.2, "workers": 3, "accum": 8}
+    attrs = {"config": {"nested": [1, 2.5, None, "é"]}, "log": "line\n" * 3, "nan": float("nan"), "inf": float("inf")}
+    for values in ([1.0, 2.0], [math.inf, -math.inf], [-1e300, 1e-300]):
+        study.add_trial(create_trial(params=params, distributions=dists, values=values, user_attrs=attrs,
+                                     system_attrs={"constraints": [0.5]}, intermediate_values={0: 1.0, 5: math.nan, 9: math.inf, 10: -math.inf}))
+    study.add_trial(create_trial(params={"batch_size": "x", "workers": 0}, distributions={k: dists[k] for k in ("batch_size", "workers")}, state=TrialState.FAIL, user_attrs={"fail_kind": "oom"}))
+    study.add_trial(create_trial(params={"batch_size": True}, distributions={"batch_size": dists["batch_size"]}, state=TrialState.PRUNED, intermediate_values={3: 2.0}))
+    study.enqueue_trial({"batch_size": 32, "workers": 1})  # WAITING
+    running = study.ask({"lr": dists["lr"], "batch_size": dists["batch_size"]})  # RUNNING (the queued trial is taken: then one more)
+    running.set_user_attr("samples_per_sec", 123.5)
+    study.ask({"lr": dists["lr"]})
+    study.enqueue_trial({"batch_size": 16})
+    return study
+
+
+def _canon(trial) -> str:
+    """Every field of a FrozenTrial as text (NaN equals NaN; types kept: ``1`` is not ``1.0``; the
+    order of attributes is the database's, in Optuna's read too, so they are sorted)."""
+    fields = ("number", "state", "values", "datetime_start", "datetime_complete", "params", "distributions", "_trial_id")
+    mappings = (trial.user_attrs, trial.system_attrs, trial.intermediate_values)
+    return repr([(getattr(trial, f), type(getattr(trial, f))) for f in fields] + [[type(v) for v in trial.params.values()]]
+                + [sorted(m.items(), key=lambda kv: str(kv[0])) for m in mappings])
+
+
+def _backends():
+    yield "sqlite"
+    if _postgres_answers():
+        yield "postgresql"
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+def test_bulk_read_equals_optunas_own_read_for_every_selection(tmp_path, backend):
+    url = f"sqlite:///{tmp_path / 's.db'}" if backend == "sqlite" else POSTGRES
+    rdb = optuna.storages.RDBStorage(url)
+    study = _fill(rdb)
+    sid = study._study_id
+    every = rdb._get_trials(sid, None, set(), -1)
+    assert [t.state for t in every].count(TrialState.COMPLETE) == 3 and len({t.state for t in every}) == 5
+    ids = [t._trial_id for t in every]
+    selections = [
+        (None, set(), -1),
+        ((TrialState.COMPLETE,), set(), -1),
+        ((TrialState.WAITING, TrialState.RUNNING), set(), -1),
+        (None, set(), ids[2]),  # newer than the third trial
+        (None, {ids[0], ids[4], ids[-1]}, ids[3]),  # a cache's unfinished trials and everything newer
+            ]
+    assert read_trials(rdb.engine, sid, None, set(), ids[-1]) == []  # nothing newer
+    for states, included, greater in selections:
+        ours = read_trials(rdb.engine, sid, states, included, greater)
+        theirs = rdb._get_trials(sid, states, included, greater)
+        assert ours and [_canon(t) for t in ours] == [_canon(t) for t in theirs], (states, included, greater)
+    if backend == "postgresql":
+        optuna.delete_study(study_name=study.study_name, storage=rdb)
+
+
+def test_autotunes_storage_keeps_optunas_trial_cache_across_load_study(tmp_path):
+    """One storage object, many ``load_study``: finished trials are read from the database once."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = _fill(optuna.storages.RDBStorage(url))
+    storage = open_storage(url, create=False)
+    reads = []
+    backend = storage._backend
+    original = type(backend)._get_trials
+
+    def counting(self, study_id, states, included_trial_ids, trial_id_greater_than):
+        found = original(self, study_id, states, included_trial_ids, trial_id_greater_than)
+        reads.append(len(found))
+        return found
+
+    type(backend)._get_trials = counting
+    try:
+        first = optuna.load_study(study_name=study.study_name, storage=storage).get_trials(deepcopy=False)
+        again = optuna.load_study(study_name=study.study_name, storage=storage).get_trials(deepcopy=False)
+    finally:
+        type(backend)._get_trials = original
+    assert [_canon(t) for t in first] == [_canon(t) for t in again] and len(first) == 8
+    # the first read fetched all 8; the second only the 3 unfinished ones (1 waiting, 2 running)
+    assert reads == [8, 3]
