@@ -11,6 +11,7 @@ imports none of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,7 @@ EXTENDED_KNOBS = ("devices", "strategy", "pin_memory", "prefetch_factor", "compi
 ARG_SECTIONS = ("model", "data")
 
 
+@functools.lru_cache(maxsize=4096)  # called for every param of every trial in a study's passes over its trials
 def user_arg(name: str) -> tuple[str, str] | None:
     """``("model", "hidden_dim")`` for a space key ``model.hidden_dim``; ``None`` for a built-in knob."""
     section, dot, arg = name.partition(".")

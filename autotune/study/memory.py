@@ -7,18 +7,18 @@ from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.frontier import event_of, frontier_summary, predicted_oom
+from autotune.study.memo import per_finished_trial
 from autotune.study.settings import settings_of
 
 
-def _memory_events(study) -> list:
+@per_finished_trial
+def _event(trial) -> Any:
+    return event_of(trial.number, trial.state.name, trial.user_attrs)
 
-    events = []
-    for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished():
-            event = event_of(t.number, t.state.name, t.user_attrs)
-            if event is not None:
-                events.append(event)
-    return events
+
+def _memory_events(study) -> list:
+    """The memory events (:func:`autotune.frontier.event_of`) of the study's finished trials."""
+    return [event for t in study.get_trials(deepcopy=False) if t.state.is_finished() and (event := _event(t)) is not None]
 
 
 def _predicted_oom(study, config: TrialConfig) -> str | None:

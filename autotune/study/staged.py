@@ -174,11 +174,14 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
         for t in trials
         if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
     ]
+    by_system: dict[str, list] = {}  # grouped once: a pass per config would be quadratic in the study's size
+    for t in tried:
+        by_system.setdefault(repr(sorted(system_part(t.params).items())), []).append(t)
     out: list[tuple[dict, dict]] = []
     for system, speed in top_system_configs(trials, with_speed=True):
         if len(out) == k:
             break
-        mine = [t for t in tried if system_part(t.params) == system]
+        mine = by_system.get(repr(sorted(system.items())), [])
         if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine) or len(mine) >= STAGE2_ATTEMPTS:
             continue
         at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in mine)
