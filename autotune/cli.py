@@ -264,8 +264,11 @@ def _cmd_search(args) -> int:
     finally:
         ui.stop()
     from autotune.study import load_study
+    from autotune.study.settings import settings_of
 
-    study, settings = load_study(result.study_name, result.storage)
+    study, settings = (
+        (result.study, settings_of(result.study)) if result.study is not None else load_study(result.study_name, result.storage)
+    )
     ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
     return 0
 
@@ -291,7 +294,7 @@ def _cmd_worker(args) -> int:
         )
     finally:
         ui.stop()
-    study, _settings = load_study(result.study_name, result.storage)
+    study = result.study if result.study is not None else load_study(result.study_name, result.storage)[0]
     ui.info(f"worker ran {result.trials_run} trial(s); the study has {len(study.get_trials(deepcopy=False))}")
     return 0
 

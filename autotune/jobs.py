@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autotune.errors import UsageError
 from autotune.hardware import Hardware
 
-__all__ = ["ENV_OVERSUBSCRIBE", "Slot", "SlotPools", "machine_slots", "oversubscribe", "plan_slots", "usable_cpus"]
+__all__ = ["ENV_OVERSUBSCRIBE", "Slot", "SlotPools", "machine_slots", "oversubscribe", "plan_slots", "prestart", "usable_cpus"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,47 @@ def machine_slots(hardware: Hardware, devices: int, jobs: int) -> list[Slot]:
     return plan_slots(hardware, devices, jobs, usable_cpus(), oversubscribe())
 
 
+#: Warm processes spawned ahead of a run (:func:`prestart`), by resolved model file; adopted by slot 0.
+_AHEAD: dict[str, Any] = {}
+
+
+def prestart(model_file: str | os.PathLike, jobs: int = 1) -> None:
+    """Spawn a one-job run's warm process now, without waiting for it.
+
+    The warm process imports torch, Lightning and the model file (seconds); spawned before the study is
+    opened and read, that overlaps the two. The run's first :class:`SlotPools` for the same file adopts
+    it for slot 0; one never adopted ends with this process (at exit, or with its parent). Nothing is
+    spawned for ``jobs`` > 1 (slots are planned later) or twice for one file.
+    """
+    key = str(Path(model_file).resolve())
+    if jobs != 1 or key in _AHEAD:
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    from autotune.runner import child_env
+    from autotune.warm import WarmPool
+
+    log_dir = tempfile.mkdtemp(prefix="autotune-warm-")
+    pool = WarmPool(key, child_env({}), f"{log_dir}/warm0.log")
+    pool.spawn()
+    _AHEAD[key] = pool
+
+    def close() -> None:
+        left = _AHEAD.pop(key, None)
+        if left is not None:
+            left.close()
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+    atexit.register(close)
+
+
+def _adopt(model_file: str, slot_index: int) -> Any:
+    """The warm process :func:`prestart` spawned for ``model_file``, for slot 0; else ``None``."""
+    return _AHEAD.pop(str(Path(model_file).resolve()), None) if slot_index == 0 else None
+
+
 class SlotPools:
     """A warm process per slot, started on first use and rebuilt when the model file changes.
 
@@ -148,8 +190,12 @@ class SlotPools:
             pool.close()
             pool = None
         if pool is None:
-            pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
-            pool.start()
+            pool = _adopt(self.model_file, slot.index)
+            if pool is not None:
+                pool.wait_ready()
+            else:
+                pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
+                pool.start()
             self._pools[slot.index] = pool
         return pool
 
@@ -163,8 +209,10 @@ class SlotPools:
         fresh = []
         for slot in slots:
             if slot.index not in self._pools:
-                pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
-                pool.spawn()
+                pool = _adopt(self.model_file, slot.index)
+                if pool is None:
+                    pool = WarmPool(self.model_file, child_env({}), f"{self.log_dir}/warm{slot.index}.log")
+                    pool.spawn()
                 self._pools[slot.index] = pool
                 fresh.append(pool)
         for pool in fresh:

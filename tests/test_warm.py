@@ -100,3 +100,47 @@ def test_slot_pools_rebuild_the_warm_process_when_the_model_file_changes(tmp_pat
     finally:
         pools.close()
     assert SlotPools(str(tiny_copy), cold=True, log_dir=str(tmp_path)).get(Slot(0)) is None
+
+
+def test_a_prestarted_warm_process_is_adopted_once_and_ends_with_its_process(tmp_path):
+    """``prestart`` spawns slot 0's warm process ahead of the run; the run's pools take that one
+    (no second import), a second ``prestart`` spawns nothing, and one never adopted ends at exit."""
+    import subprocess
+    import sys
+    import time
+
+    from autotune import jobs
+
+    model = tmp_path / "tiny.py"
+    shutil.copy(MODELS / "tiny.py", model)
+    jobs.prestart(model)
+    ahead = jobs._AHEAD[str(model.resolve())]
+    jobs.prestart(model)
+    assert jobs._AHEAD[str(model.resolve())] is ahead  # spawned once
+    pools = jobs.SlotPools(str(model), cold=False, log_dir=str(tmp_path))
+    try:
+        pools.start_all([jobs.Slot(0, {}, "one job")])
+        assert pools.get(jobs.Slot(0, {}, "one job")) is ahead and ahead.ready  # adopted, and imported
+        assert str(model.resolve()) not in jobs._AHEAD
+    finally:
+        pools.close()
+    assert not ahead.alive
+    code = (
+        "import sys; from autotune import jobs; jobs.prestart(sys.argv[1]); "
+        "print(next(iter(jobs._AHEAD.values())).proc.pid, flush=True)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, timeout=120, check=True)
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.2)
+    assert not _running(pid), "a warm process never adopted outlived its process"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -19,7 +19,7 @@ from autotune.config import TrialConfig
 from autotune.errors import Interrupted, StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
-from autotune.jobs import machine_slots
+from autotune.jobs import machine_slots, prestart
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
@@ -68,6 +68,9 @@ class SearchResult:
     recommended: Any  # optuna FrozenTrial or None
     baseline: Any
     export_path: Path | None
+    #: The run's optuna Study, whose storage holds every trial read so far (reusing it spares the
+    #: end-of-run summary a second read of the whole study)
+    study: Any = None
 
 
 def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
@@ -108,6 +111,10 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     check_storage_url(storage_url)  # before the model is inspected
     check_writable(storage_url)  # a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sqlite_file = _sqlite_path(storage_url)
+    resuming = sqlite_file is None or sqlite_file.exists()
+    if resuming and not opts.cold and (opts.num_nodes or 1) == 1:
+        prestart(model_file, opts.jobs)  # its imports overlap opening and reading the study
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
@@ -172,7 +179,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         export_path = Path(opts.out) if opts.out else default_export_path(storage_url, study_name)
         export_study(study, settings, recommended, baseline, export_path, storage_url)
         _save_note(study, settings, recommended, baseline, export_path, ui)
-    return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path)
+    return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path, study)
 
 
 def _open_study(

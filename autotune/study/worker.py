@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import StudyNotFoundError, UsageError
+from autotune.jobs import prestart
 from autotune.nodes import NodeIdentity, follow
 from autotune.storage import check_writable, mask_url, open_storage
 from autotune.study.plan import stopped_runs
@@ -90,6 +91,8 @@ def run_worker(
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
+    if not cold and (settings.num_nodes or 1) == 1:
+        prestart(settings.model_file, jobs)  # its imports overlap reading the study
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)) + os.getpid())
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.get_trials(deepcopy=False))} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
@@ -100,7 +103,7 @@ def run_worker(
         ui.info(f"node {leader.node_rank} of group {leader.group!r}: following node 0's trials")
         ran = follow(study, leader, ui, devices=int(settings.devices), timeout=timeout)
         recommended, baseline = recommendation(study, settings)
-        return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+        return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None, study)
     ran = drain_queue(
         study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, timeout=timeout, leader=leader, follow_runs=True
     )
@@ -113,4 +116,4 @@ def run_worker(
                 "run its `autotune search` command again to continue it"
             )
     recommended, baseline = recommendation(study, settings)
-    return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None)
+    return SearchResult(study.study_name, storage_url, ran, recommended, baseline, None, study)
