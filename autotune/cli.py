@@ -2,8 +2,8 @@
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
 exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes
-the study (running trials are stored as interrupted); output into a pipe whose reader went away
-(``autotune show STUDY | head``) stops quietly with code 141.
+the study (running trials are stored as interrupted), except ``storage-proxy``, a server that they stop
+with code 0; output into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141.
 """
 
 from __future__ import annotations
