@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import optuna
 import pytest
 import yaml
 from conftest import MODELS, served_dashboard
+from test_search_e2e import POSTGRES, _postgres_answers
 
 from autotune.storage import open_storage
 
@@ -77,10 +79,15 @@ def test_a_journal_file_study_runs_shows_exports_and_resumes(tmp_path, cli):
     assert yaml.safe_load((tmp_path / "best.yaml").read_text())["trainer"]
     assert f"({url})" in (tmp_path / "best.yaml").read_text()  # the header names the storage
 
-    r = cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, "--confirm", 0, "--storage", url, check_rc=0)
-    assert "resuming study 'tiny' (3 trials so far)" in r.stdout
+    # resumed, with a worker (another process appending to the same file) sharing the new trials
+    worker = _spawn(["worker", "--storage", url, "--study-name", "tiny"], tmp_path)
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 3, "--samples", 256, "--confirm", 0, "--storage", url], tmp_path)
+    (s_out, s_err), (w_out, w_err) = search.communicate(timeout=300), worker.communicate(timeout=300)
+    assert search.returncode == 0 and worker.returncode == 0, (s_err[-3000:], w_err[-3000:])
+    assert "resuming study 'tiny' (3 trials so far)" in s_out
     study = optuna.load_study(study_name="tiny", storage=open_storage(f"journal:{tmp_path / 'studies' / 'tiny.log'}", create=False))
-    assert [t.number for t in study.trials] == [0, 1, 2, 3, 4] and all(t.state.name == "COMPLETE" for t in study.trials)
+    assert [t.number for t in study.trials] == list(range(6)) and all(t.state.name == "COMPLETE" for t in study.trials)
+    assert sorted(_trial_lines(s_out) + _trial_lines(w_out)) == [3, 4, 5], (s_out, w_out)  # each new trial ran once
     plans = [k for k in study._storage.get_study_system_attrs(study._study_id) if k.startswith("autotune:plan:")]
     assert len(plans) == 2  # each run's plan (a study system attribute) is stored in the journal
 
@@ -186,7 +193,8 @@ def test_a_search_and_a_worker_share_a_study_through_the_storage_proxy(tmp_path)
 
 
 @requires_grpc
-def test_study_attributes_the_dashboard_and_a_lost_proxy_over_grpc(tmp_path, restore_dashboard):
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_study_attributes_the_dashboard_and_a_lost_proxy_over_grpc(tmp_path, restore_dashboard, database):
     from conftest import dashboard_api
     from optuna_dashboard import wsgi
 
@@ -194,21 +202,31 @@ def test_study_attributes_the_dashboard_and_a_lost_proxy_over_grpc(tmp_path, res
     from autotune.optuna_compat import dashboard_honours_constraints, heartbeat_interval, set_study_system_attr, study_system_attrs
     from autotune.storage import is_proxy_unreachable
 
-    with storage_proxy(f"sqlite:///{tmp_path / 'p.db'}", tmp_path) as (url, proxy):
+    backend = f"sqlite:///{tmp_path / 'p.db'}"
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    if database == "postgresql":
+        if not _postgres_answers():
+            pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432 (database test)")
+        backend = POSTGRES
+    with storage_proxy(backend, tmp_path) as (url, proxy):
         storage = open_storage(url, heartbeat=True)
-        study = optuna.create_study(study_name="p", storage=storage)
+        study = optuna.create_study(study_name=name, storage=storage)
         assert heartbeat_interval(study) is None  # GrpcStorageProxy has no heartbeats: autotune does not send any
         set_study_system_attr(study, "autotune:plan:1", {"state": "running", "held": 2})  # how a search run's plan is stored
         assert study_system_attrs(study)["autotune:plan:1"] == {"state": "running", "held": 2}
         study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
         dashboard_honours_constraints(storage, _recommended(open_storage(url)))
         app = wsgi(storage)  # optuna-dashboard over the proxy, as `autotune dashboard grpc://...` serves it
-        assert [s["study_name"] for s in dashboard_api(app, "/api/studies")["study_summaries"]] == ["p"]
+        assert name in [s["study_name"] for s in dashboard_api(app, "/api/studies")["study_summaries"]]
         assert len(dashboard_api(app, f"/api/studies/{study._study_id}")["trials"]) == 2
+        with served_dashboard(url, tmp_path) as (_port, studies):  # `autotune dashboard grpc://...`
+            assert name in [s["study_name"] for s in studies]
+        if database == "postgresql":
+            optuna.delete_study(study_name=name, storage=POSTGRES)  # the shared test database stays tidy
         proxy.send_signal(signal.SIGKILL)
         proxy.wait(timeout=30)
         with pytest.raises(Exception) as lost:
-            study.get_trials()
+            storage.get_all_studies()
         assert is_proxy_unreachable(lost.value)
         assert not is_proxy_unreachable(ValueError("x"))
 
