@@ -1,9 +1,9 @@
-"""Command line: ``autotune search | show | export | dashboard``.
+"""Command line: ``autotune search | worker | show | export | report | dashboard | storage-proxy``.
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
 exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes
-the study (running trials are stored as interrupted); output into a pipe whose reader went away
-(``autotune show STUDY | head``) stops quietly with code 141.
+the study (running trials are stored as interrupted), except ``storage-proxy``, a server that they stop
+with code 0; output into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ def _number(text: str) -> float:
 
 
 def _add_storage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--storage", help="Optuna storage URL (default: $AUTOTUNE_STORAGE, else sqlite:///studies/<study>.db)")
+    p.add_argument(
+        "--storage",
+        help="Optuna storage: a database URL, grpc://HOST:PORT or journal:PATH (default: $AUTOTUNE_STORAGE, else sqlite:///studies/<study>.db)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -234,6 +237,11 @@ def _add_study_commands(sub, common: argparse.ArgumentParser) -> None:
     d.add_argument("--port", type=_positive_int, default=8080)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
 
+    g = sub.add_parser("storage-proxy", parents=[common], help="serve a study database to many workers through Optuna's gRPC proxy")
+    g.add_argument("--storage", help="the database to serve (default: $AUTOTUNE_STORAGE); workers then give --storage grpc://HOST:PORT")
+    g.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every machine that can reach this one)")
+    g.add_argument("--port", type=_positive_int, default=13000)
+
 
 def _add_node(p) -> None:
     p.add_argument("--node-rank", type=int, help="this node's rank in a multi-node trial (default $NODE_RANK, else $SLURM_NODEID, else 0)")
@@ -243,13 +251,17 @@ def _add_node(p) -> None:
 
 
 def _study_target(study: str, storage: str | None) -> tuple[str | None, str]:
-    """(study name or None, storage URL) from a study argument that may be a name or a .db path."""
+    """(study name or None, storage URL) from a study argument that may be a name, a storage URL, or the
+    path of a SQLite or journal file."""
+    from autotune.storage_url import JOURNAL_SCHEME, url_of_file
     from autotune.study import resolve_storage
 
+    if "://" in study or study.startswith(JOURNAL_SCHEME):
+        return None, study
     if study.endswith(".db") or "/" in study or os.sep in study:
         if not Path(study).is_file():
             raise UsageError(f"study database {study!r} does not exist")
-        return None, f"sqlite:///{study}"
+        return None, url_of_file(Path(study))
     return study, resolve_storage(storage, study)
 
 
@@ -402,6 +414,18 @@ def _cmd_dashboard(args) -> int:
     return 0
 
 
+def _cmd_storage_proxy(args) -> int:
+    from autotune.storage_proxy import listening_line, serve_proxy
+    from autotune.study import ENV_STORAGE
+
+    url = args.storage or os.environ.get(ENV_STORAGE)
+    if not url:
+        raise UsageError(f"autotune storage-proxy serves a database: give --storage URL or set ${ENV_STORAGE}")
+    serve_proxy(url, host=args.host, port=args.port, announce=lambda: print(listening_line(url, args.host, args.port), flush=True))
+    print(f"storage proxy on {args.host}:{args.port} stopped", file=sys.stderr)
+    return 0
+
+
 _COMMANDS = {
     "search": _cmd_search,
     "worker": _cmd_worker,
@@ -409,6 +433,7 @@ _COMMANDS = {
     "export": _cmd_export,
     "report": _cmd_report,
     "dashboard": _cmd_dashboard,
+    "storage-proxy": _cmd_storage_proxy,
 }
 
 
@@ -483,7 +508,7 @@ def _main(argv: list[str] | None) -> int:
     from autotune.study import Interrupted
 
     _stacks_on_sigusr1()
-    if args.command in ("search", "worker"):  # commands that run trials store them as interrupted; others just end
+    if args.command in ("search", "worker", "storage-proxy"):  # trials are stored as interrupted, the proxy says it stopped
         stop_on_sigterm()
     try:
         return _COMMANDS[args.command](args)
@@ -502,8 +527,11 @@ def _main(argv: list[str] | None) -> int:
         print(f"autotune: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     except Exception as e:
-        from autotune.storage import is_transient
+        from autotune.storage import PROXY_LOST, is_proxy_unreachable, is_transient
 
+        if not args.debug and is_proxy_unreachable(e):
+            print(f"autotune: error: {PROXY_LOST}", file=sys.stderr)
+            return 1
         if args.debug or not is_transient(e):
             raise
         print(

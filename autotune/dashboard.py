@@ -11,13 +11,15 @@ __all__ = ["serve", "storage_for_dashboard"]
 
 
 def storage_for_dashboard(target: str | None) -> str:
-    """The storage URL to serve: a URL as is, a path to an existing SQLite file, or, with no
-    argument, ``$AUTOTUNE_STORAGE`` or the only ``studies/*.db``.
+    """The storage URL to serve: a URL as is (a database, ``grpc://HOST:PORT``, ``journal:PATH``), a
+    path to an existing SQLite or journal file, or, with no argument, ``$AUTOTUNE_STORAGE`` or the only
+    ``studies/*.db``.
 
     Raises:
         StorageError: The path does not exist (optuna-dashboard would create an empty database and
             then fail), or no/several databases are found with no argument.
     """
+    from autotune.storage_url import JOURNAL_SCHEME, check_storage_url, url_of_file
     from autotune.study import ENV_STORAGE
 
     if target is None:
@@ -29,6 +31,9 @@ def storage_for_dashboard(target: str | None) -> str:
                 f"found {len(found)} databases in studies/ ({[str(p) for p in found]}); give one: autotune dashboard studies/NAME.db"
             )
         target = str(found[0])
+    if target.startswith(JOURNAL_SCHEME):
+        check_storage_url(target, create=False)  # a missing journal file would be created empty
+        return target
     if "://" in target:
         if target.startswith("sqlite:///") and not Path(target[len("sqlite:///") :]).is_file():
             raise StorageError(f"study database {target[len('sqlite:///') :]!r} does not exist; run `autotune search` first")
@@ -38,7 +43,7 @@ def storage_for_dashboard(target: str | None) -> str:
         raise StorageError(
             f"study database {target!r} does not exist; give the .db file written by `autotune search` (e.g. studies/NAME.db)"
         )
-    return f"sqlite:///{path}"
+    return url_of_file(path)
 
 
 def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, announce=None) -> None:

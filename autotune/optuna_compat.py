@@ -30,6 +30,7 @@ __all__ = [
     "claim_waiting",
     "dashboard_honours_constraints",
     "dashboard_importances",
+    "fail_overdue_trials",
     "fixed_params",
     "heartbeat_interval",
     "record_heartbeat",
@@ -79,6 +80,41 @@ def record_heartbeat(study: optuna.Study, trial: optuna.trial.Trial) -> None:
     """Record one heartbeat of a running trial (as ``optuna.storages._heartbeat`` does inside ``optimize``)."""
     # only called with heartbeats on (an RDB storage); BaseStorage's type lacks the method
     study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+
+
+def fail_overdue_trials(
+    study: optuna.Study,
+    seconds: Callable[[optuna.trial.FrozenTrial], float],
+    callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None],
+) -> list[int]:
+    """Optuna's ``fail_stale_trials`` for a storage without heartbeats (``JournalStorage``,
+    ``GrpcStorageProxy``): a RUNNING trial that started more than ``seconds(trial)`` ago is failed,
+    and ``callback(study, trial)`` runs for each trial this process failed (another process that
+    failed it first wins: Optuna's ``UpdateFinishedTrialError`` here, as in ``fail_stale_trials``).
+
+    The start is the trial's ``datetime_start`` (the local time of the machine that claimed it, or of
+    the proxy's): the machines' clocks must agree to well within ``seconds``.
+
+    Returns:
+        The numbers of the trials this process failed.
+    """
+    import copy
+    import datetime
+
+    storage = study._storage
+    now = datetime.datetime.now()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if trial.datetime_start is None or (now - trial.datetime_start).total_seconds() < seconds(trial):
+            continue
+        try:
+            if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
+                failed.append(trial._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:  # told, or failed by another process, meanwhile
+            pass
+    for trial_id in failed:
+        callback(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return [storage.get_trial(trial_id).number for trial_id in failed]
 
 
 def fixed_params(frozen: optuna.trial.FrozenTrial) -> dict[str, Any]:

@@ -1,4 +1,14 @@
-"""An Optuna RDB storage that rides out a database that is briefly unreachable.
+"""Opening a study's Optuna storage (:func:`open_storage`), and an RDB storage that rides out a
+database that is briefly unreachable.
+
+:func:`open_storage` gives Optuna's own storage for each kind of URL (:mod:`autotune.storage_url`):
+an RDB storage (SQLite, PostgreSQL, ...) as Optuna's trial cache over :class:`ResilientRDBStorage`;
+``grpc://HOST:PORT`` as Optuna's ``GrpcStorageProxy``; ``journal:PATH`` as Optuna's ``JournalStorage``
+over a ``JournalFileBackend``. Only the RDB storage has heartbeats (Optuna 5.0's ``JournalStorage`` and
+``GrpcStorageProxy`` do not implement ``BaseHeartbeat``): on the other two a trial whose worker died is
+failed once it has run longer than its ``--trial-timeout`` plus the grace period
+(:func:`autotune.optuna_compat.fail_overdue_trials`).
+
 
 A PostgreSQL server restarting, a network blip between a node and the database, or a SQLite file
 locked longer than its lock timeout would otherwise crash every worker at its next storage call, and
@@ -19,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import threading
 import time
@@ -29,18 +38,37 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import StorageError, StorageUnreachableError, StudyNotFoundError
+from autotune.errors import StorageError, StorageUnreachableError
+
+# the URL checks live in autotune.storage_url; they are named here too, where every caller imports them from
+from autotune.storage_url import (
+    _sqlite_path,
+    check_storage_url,
+    check_writable,
+    grpc_address,
+    journal_path,
+    mask_text,
+    mask_url,
+    storage_file,
+    storage_kind,
+)
 
 __all__ = [
+    "GRPC_CONNECT_SECONDS",
+    "PROXY_LOST",
     "RETRY_SECONDS",
     "ResilientRDBStorage",
     "check_storage_url",
     "check_writable",
     "heartbeat_seconds",
+    "is_proxy_unreachable",
     "is_transient",
     "mask_text",
     "mask_url",
     "open_storage",
+    "retry_stale_trial",
+    "storage_file",
+    "storage_kind",
 ]
 
 #: Seconds between a running trial's heartbeats, and after which a silent trial is stale
@@ -52,6 +80,9 @@ HEARTBEAT_GRACE = 60
 RETRY_SECONDS = 120.0
 #: Seconds a SQLite call waits for a lock (less when ``$AUTOTUNE_STORAGE_RETRY`` is shorter).
 SQLITE_LOCK_TIMEOUT = 60.0
+#: Seconds a ``grpc://`` storage waits for its proxy to answer when opened (less when
+#: ``$AUTOTUNE_STORAGE_RETRY`` is shorter, at least 1 s).
+GRPC_CONNECT_SECONDS = 10.0
 
 
 def _retry_seconds() -> float:
@@ -211,101 +242,6 @@ for _name in dir(optuna.storages.RDBStorage):
         setattr(ResilientRDBStorage, _name, _wrap(_name, _method))
 
 
-def _sqlite_path(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///") :])
-    return None
-
-
-def check_writable(url: str) -> None:
-    """Check that this user can write a SQLite storage, before anything is measured.
-
-    SQLite writes the database file and, beside it, its journal: so the file (when it exists) and its
-    folder must be writable; for a new file, the nearest folder that exists (``studies/`` is created
-    in the current folder). Other storages are checked by their server when opened.
-
-    Raises:
-        StorageError: The file or the folder is not writable (the message names it and the fix).
-    """
-    path = _sqlite_path(url)
-    if path is None or str(path) in ("", ":memory:"):
-        return
-    masked = mask_url(url)
-    if path.is_file() and not os.access(path, os.W_OK):
-        raise StorageError(
-            f"storage {masked!r}: the database file {str(path)!r} is not writable; make it writable (chmod u+w {path}) "
-            "or give --storage a copy you can write"
-        )
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        what = "writes its journal" if path.exists() else "creates the database"
-        raise StorageError(
-            f"storage {masked!r}: the folder {str(folder)!r} is not writable, and SQLite {what} there; "
-            f"make it writable (chmod u+w {folder}) or give --storage a database in a folder you can write"
-        )
-
-
-#: Query parameters that carry a credential in a database URL (libpq's ``password``/``sslpassword``,
-#: MySQL drivers' ``passwd``/``pwd``, tokens); any key containing one of these words is masked.
-_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
-_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&;]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&;]*=)[^&;#]*")
-
-
-def _is_secret(key: str) -> bool:
-    return any(word in key.lower() for word in _SECRET_WORDS)
-
-
-def _secrets(url: str) -> list[str]:
-    """The credential values in ``url`` (its password and secret query values), to scrub from messages."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(url)
-    except Exception:
-        return []
-    found = [parsed.password] if parsed.password else []
-    for key, value in parsed.query.items():
-        if _is_secret(key):
-            found += [value] if isinstance(value, str) else list(value)
-    return [str(v) for v in found if v and len(str(v)) >= 3]
-
-
-def mask_text(text: str, url: str) -> str:
-    """``text`` with ``url`` and each credential in it replaced by their masked forms."""
-    if not url:
-        return text
-    text = text.replace(url, mask_url(url))
-    for secret in _secrets(url):
-        text = text.replace(secret, "***")
-    return text
-
-
-def mask_url(url: str) -> str:
-    """The storage URL with every credential replaced by ``***``.
-
-    Masks the password of ``user:password@host`` and the value of every query parameter whose name
-    holds a credential word (``?password=``, ``?host=..&user=..&password=..``, ``sslpassword``,
-    ``passwd``, ``pwd``, ``token``, ``secret``), as SQLAlchemy's ``make_url`` parses them; a URL
-    SQLAlchemy cannot parse is masked by pattern.
-    """
-    if "://" not in url:
-        return url
-    try:
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(url)
-        query = {k: ("***" if _is_secret(k) else v) for k, v in parsed.query.items()}
-        return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-    except Exception:  # not a SQLAlchemy URL: mask user:password@ and secret query values by pattern
-        scheme, rest = url.split("://", 1)
-        if "@" in rest.split("/", 1)[0]:
-            creds, host = rest.split("@", 1)
-            rest = f"{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else rest
-        return _SECRET_QUERY.sub(r"\1***", f"{scheme}://{rest}")
-
-
 def heartbeat_seconds() -> tuple[int, int]:
     """``(interval, grace)``: seconds between heartbeats (of a running trial, of a search run's plan),
     and of silence after which its process counts as gone (``$AUTOTUNE_HEARTBEAT_INTERVAL``,
@@ -316,103 +252,46 @@ def heartbeat_seconds() -> tuple[int, int]:
     )
 
 
-def _heartbeat_kwargs() -> dict[str, Any]:
+def retry_stale_trial(study, trial, why: str = "its worker stopped sending heartbeats (killed, or its machine lost)") -> None:
+    """What happens to a trial failed as stale: the study's user attribute ``stale_trial_<number>``
+    says ``why``, and Optuna's ``RetryFailedTrialCallback`` queues it once more (once only)."""
     import optuna
 
-    def stale(study, trial) -> None:
-        study.set_user_attr(
-            f"stale_trial_{trial.number}", "stale: its worker stopped sending heartbeats (killed, or its machine lost); retried once"
-        )
-        optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
+    study.set_user_attr(f"stale_trial_{trial.number}", f"stale: {why}; retried once")
+    optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
 
+
+def _heartbeat_kwargs() -> dict[str, Any]:
     return {
         "heartbeat_interval": heartbeat_seconds()[0],
         "grace_period": heartbeat_seconds()[1],
-        "heartbeat_stale_trial_callback": stale,
+        "heartbeat_stale_trial_callback": retry_stale_trial,
     }
 
 
-#: How a PostgreSQL URL starts (SQLAlchemy has no ``postgres://``, which Heroku and libpq accept).
-_POSTGRES_SCHEMES = "postgresql:// (or postgresql+psycopg://)"
+#: What the CLI says when a ``grpc://`` storage's proxy stops answering in the middle of a command.
+PROXY_LOST = (
+    "the storage proxy stopped answering (gRPC UNAVAILABLE); every finished trial is stored: restart "
+    "`autotune storage-proxy`, then run the same command again (a trial that was running is retried once it "
+    "has been RUNNING longer than --trial-timeout plus $AUTOTUNE_HEARTBEAT_GRACE)"
+)
 
 
-def check_storage_url(url: str, *, create: bool = True) -> None:
-    """Check a storage URL without connecting to it or creating anything: its form, SQLAlchemy's
-    dialect and driver for its scheme, and for SQLite the file's folder.
-
-    Args:
-        url: An SQLAlchemy database URL, e.g. ``sqlite:///studies/NAME.db`` or
-            ``postgresql+psycopg://user@host/db``.
-        create: The database may be created (a new SQLite file in an existing folder, or in
-            ``studies/``, which :func:`open_storage` creates); else a SQLite file must exist.
-
-    Raises:
-        StorageError: An in-memory SQLite database, not a URL, a scheme SQLAlchemy does not know
-            (``postgres://``: the message names ``postgresql://``), a driver that is not installed,
-            or a SQLite path whose folder is missing or that is a folder. The message shows the
-            URL without its password.
-    """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    path = _sqlite_path(url)
-    if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
-        raise StorageError(
-            f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db"
-        )
-    if path is not None:
-        if not create and not path.is_file():
-            raise StudyNotFoundError(f"study database {str(path)!r} does not exist; check the path, or run `autotune search` first")
-        if path.is_dir():
-            raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a database file path")
-        if create and not path.parent.exists() and path.parent != Path("studies"):
-            raise StorageError(f"storage {url!r}: folder {str(path.parent)!r} does not exist; create it first")
-        if path.parent.exists() and not path.parent.is_dir():
-            raise StorageError(f"storage {url!r}: {str(path.parent)!r} is not a folder")
-    masked = mask_url(url)
+def is_proxy_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` is a gRPC call that found no storage proxy (status ``UNAVAILABLE``: the proxy
+    stopped, or its machine or network went away). ``GrpcStorageProxy`` raises gRPC's own error."""
+    code = getattr(error, "code", None)
+    if not type(error).__module__.startswith("grpc") or not callable(code):
+        return False
     try:
-        parsed = make_url(url) if "://" in url else None
-    except ArgumentError:
-        parsed = None
-    if parsed is None:
-        raise StorageError(
-            f"storage {masked!r} is not a database URL; use e.g. sqlite:///studies/NAME.db or postgresql+psycopg://user@host/db"
-        )
-    try:
-        dialect = parsed.get_dialect()
-    except NoSuchModuleError:
-        backend, _, driver = parsed.drivername.partition("+")
-        raise StorageError(f"storage {masked!r}: {_unknown_scheme(backend, driver)}") from None
-    try:
-        dialect.import_dbapi()
-    except ImportError as e:
-        extra = (
-            '; for PostgreSQL: pip install -e ".[postgres]" and write postgresql+psycopg://'
-            if parsed.get_backend_name() == "postgresql"
-            else ""
-        )
-        raise StorageError(f"storage {masked!r} needs a database driver that is not installed ({e}){extra}") from None
-
-
-def _unknown_scheme(backend: str, driver: str) -> str:
-    """What to write instead of a URL scheme SQLAlchemy cannot load (``backend`` or ``backend+driver``)."""
-    import difflib
-
-    import sqlalchemy.dialects
-
-    known = list(sqlalchemy.dialects.__all__)
-    if backend in known:  # the database is known, the driver is not
-        return f"SQLAlchemy has no driver {driver!r} for {backend}; write {backend}:// (its default driver) or name an installed one"
-    if backend.startswith("postgres"):
-        return f"SQLAlchemy has no URL scheme {backend!r}; write {_POSTGRES_SCHEMES}"
-    close = difflib.get_close_matches(backend, known, n=1)
-    hint = f"did you mean {close[0]}://?" if close else f"use one of {[f'{k}://' for k in known]}"
-    return f"SQLAlchemy has no URL scheme {backend!r}; {hint}"
+        return getattr(code(), "name", "") == "UNAVAILABLE"
+    except Exception:
+        return False
 
 
 def _create_private(path: Path) -> None:
-    """Create an empty SQLite file readable by its owner only (``0600`` less the umask); SQLite's
-    journal and WAL files copy the database file's mode. An error is left for SQLite to report."""
+    """Create an empty SQLite or journal file readable by its owner only (``0600`` less the umask);
+    SQLite's journal and WAL files copy the database file's mode. An error is left for the opener to report."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError:
@@ -420,31 +299,94 @@ def _create_private(path: Path) -> None:
 
 
 def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
-    """An Optuna storage for ``url``: Optuna's trial cache (``_CachedStorage``) over a
-    :class:`ResilientRDBStorage`. Open it once per process and pass the object to every
-    ``optuna.load_study``: finished trials are then read from the database once, and each later read
-    fetches only new and unfinished trials.
+    """An Optuna storage for ``url`` (:mod:`autotune.storage_url`). Open it once per process and pass
+    the object to every ``optuna.load_study``.
 
-    SQLite files get a 60 s lock timeout (at most ``$AUTOTUNE_STORAGE_RETRY``); the default folder ``studies/`` is created when ``create``
-    (any other folder must exist). A new SQLite file is created readable by its owner only (``0600``,
-    the ``studies/`` folder ``0700``, less what the umask also removes). Calls ride out a database that is briefly unreachable
-    (:class:`autotune.storage.ResilientRDBStorage`). With ``heartbeat``, running trials send heartbeats and a trial
-    silent for the grace period is failed as stale and retried once (processes that run trials).
+    - A database URL: Optuna's trial cache (``_CachedStorage``) over a :class:`ResilientRDBStorage`:
+      finished trials are read from the database once, and each later read fetches only new and
+      unfinished trials. SQLite files get a 60 s lock timeout (at most ``$AUTOTUNE_STORAGE_RETRY``).
+      Calls ride out a database that is briefly unreachable. With ``heartbeat``, running trials send
+      heartbeats and a trial silent for the grace period is failed as stale and retried once
+      (processes that run trials).
+    - ``grpc://HOST:PORT``: Optuna's ``GrpcStorageProxy`` (its own trial cache), once the proxy
+      answers (waited for up to :data:`GRPC_CONNECT_SECONDS`). No heartbeats.
+    - ``journal:PATH``: Optuna's ``JournalStorage`` over ``JournalFileBackend(PATH)`` with Optuna's
+      ``JournalFileSymlinkLock`` (its default, which works on NFSv2 and later). No heartbeats.
+
+    The default folder ``studies/`` is created when ``create`` (any other folder must exist). A new
+    SQLite or journal file is created readable by its owner only (``0600``, the ``studies/`` folder
+    ``0700``, less what the umask also removes).
 
     Raises:
-        StorageError: As :func:`check_storage_url`, or an unreachable server. The message shows
-            the URL without its password.
+        StorageError: As :func:`check_storage_url`, an unreachable server or proxy, or a file that
+            is not a journal. The message shows the URL without its password.
     """
-    import optuna
-
     check_storage_url(url, create=create)
-    path = _sqlite_path(url)
-    engine_kwargs: dict[str, Any] = {}
-    if path is not None:
-        if create and not path.parent.exists():
+    path = storage_file(url)
+    if path is not None and create:
+        if not path.parent.exists():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if create and not path.exists():
+        if not path.exists():
             _create_private(path)
+    if storage_kind(url) == "journal":
+        return _open_journal(url)
+    if storage_kind(url) == "grpc":
+        return _open_grpc(url)
+    return _open_rdb(url, heartbeat)
+
+
+def _open_journal(url: str):
+    """Optuna's ``JournalStorage`` over the journal file of ``url`` (which it replays at once).
+
+    Raises:
+        StorageError: The file is not an Optuna journal, or cannot be read.
+    """
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
+
+    path = str(journal_path(url))
+    try:
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileSymlinkLock(path)))
+    except ValueError as e:  # a line that is not JSON: another kind of file
+        raise StorageError(
+            f"storage {url!r}: {path!r} is not an Optuna journal file ({str(e).splitlines()[0]}); "
+            "give the file that `autotune search --storage journal:PATH` wrote"
+        ) from None
+    except OSError as e:
+        raise StorageError(f"cannot open storage {url!r}: {e.strerror or e}") from None
+
+
+def _open_grpc(url: str):
+    """Optuna's ``GrpcStorageProxy`` for ``url``, once its proxy answers.
+
+    Raises:
+        StorageError: No proxy answers within :data:`GRPC_CONNECT_SECONDS` (or ``$AUTOTUNE_STORAGE_RETRY``).
+    """
+    import warnings
+
+    host, port = grpc_address(url)
+    wait = max(1.0, min(GRPC_CONNECT_SECONDS, _retry_seconds()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        proxy.wait_server_ready(timeout=wait)
+    except ConnectionError:
+        proxy.close()
+        raise StorageError(
+            f"storage {url!r}: no storage proxy answers at {host}:{port} (waited {wait:g} s); start one there with "
+            f"`autotune storage-proxy --storage DATABASE_URL --port {port}`, or check the host and port"
+        ) from None
+    return proxy
+
+
+def _open_rdb(url: str, heartbeat: bool):
+    """Optuna's trial cache over a :class:`ResilientRDBStorage` (see :func:`open_storage`).
+
+    Raises:
+        StorageError: The server cannot be reached, or the database needs a schema upgrade.
+    """
+    engine_kwargs: dict[str, Any] = {}
+    if _sqlite_path(url) is not None:
         # SQLite waits a lock out inside each call: never longer than the retry window, so that a lock
         # held past $AUTOTUNE_STORAGE_RETRY stops the process at the limit as an outage does
         engine_kwargs = {"connect_args": {"timeout": max(1.0, min(SQLITE_LOCK_TIMEOUT, _retry_seconds()))}}
@@ -455,8 +397,6 @@ def open_storage(url: str, *, create: bool = True, heartbeat: bool = False):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                from autotune.storage import ResilientRDBStorage
-
                 rdb = ResilientRDBStorage(
                     url, label=f"storage {masked}", engine_kwargs=engine_kwargs, **(_heartbeat_kwargs() if heartbeat else {})
                 )

@@ -13,7 +13,7 @@ from autotune.config import TrialConfig
 from autotune.export import lightning_cli_config, one_line, render_yaml, training_length_line, write_private
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
-from autotune.storage import _sqlite_path, mask_url
+from autotune.storage import mask_url, storage_file
 from autotune.study.options import check_out_path, file_stem
 from autotune.study.records import _budget, confirmation, confirmed_speed
 from autotune.study.settings import StudySettings
@@ -28,9 +28,9 @@ from autotune.ui import UI
 
 
 def default_export_path(storage_url: str, study_name: str) -> Path:
-    """``<folder of the SQLite file>/<name>.best.yaml``, or ``studies/<name>.best.yaml`` (the name
-    made safe as a file name by :func:`autotune.study.options.file_stem`)."""
-    path = _sqlite_path(storage_url)
+    """``<folder of the SQLite or journal file>/<name>.best.yaml``, or ``studies/<name>.best.yaml`` for a
+    server (a database, a gRPC proxy); the name made safe as a file name by :func:`autotune.study.options.file_stem`."""
+    path = storage_file(storage_url)
     folder = path.parent if path is not None else Path("studies")
     return folder / f"{file_stem(study_name)}.best.yaml"
 

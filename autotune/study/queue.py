@@ -20,16 +20,16 @@ from autotune.errors import BaselineFailedError, FailKind, Interrupted
 from autotune.hardware import Hardware
 from autotune.jobs import SlotPools, machine_slots
 from autotune.objective import monitor_note
-from autotune.optuna_compat import claim_waiting, fixed_params
+from autotune.optuna_compat import claim_waiting, fail_overdue_trials, fixed_params, heartbeat_interval
 from autotune.pruning import make_pruner
 from autotune.space import baseline_params, suggest_config
-from autotune.storage import mask_url
+from autotune.storage import heartbeat_seconds, mask_url, retry_stale_trial
 from autotune.study.options import BASELINE_WAIT, _env_pruner, option_defaults
 from autotune.study.plan import live_runs
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
-from autotune.study.trial import _run_one, _RunContext
+from autotune.study.trial import TIMEOUT_ATTR, _run_one, _RunContext
 from autotune.ui import UI
 
 
@@ -121,7 +121,7 @@ def drain_queue(
         Interrupted: Ctrl-C or SIGTERM; running trials are stored as failed (``interrupted``) and
             queued again, queued ones stay.
     """
-    _fail_stale(study)
+    _fail_stale(study, settings)
     budget = _Budget(study, settings, seeds, plan)
     budget.add(add)
     cold = cold or leader is not None  # the other nodes start their ranks cold too
@@ -230,7 +230,7 @@ class _Worker:
         ctx, study = self.ctx, self.study
         while not ctx.stop.is_set() and not self.failed_baseline and (self.deadline is None or time.monotonic() < self.deadline):
             with ctx.lock:
-                _fail_stale(study)
+                _fail_stale(study, self.settings)
                 need_baseline = study.user_attrs.get(BASELINE_ATTR) is None
                 if self.budget.pending and not need_baseline:
                     # the baseline completed (here, or in another process that started this study at the same time)
@@ -377,9 +377,27 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
     )
 
 
-def _fail_stale(study) -> None:
-    """Fail trials whose worker stopped sending heartbeats (RDB storages with heartbeats only)."""
+def _fail_stale(study, settings: StudySettings) -> None:
+    """Fail trials whose worker is gone, and retry each once: on an RDB storage, those that stopped
+    sending heartbeats (Optuna's ``fail_stale_trials``); on a storage without heartbeats (a journal
+    file, a gRPC proxy), those still RUNNING longer than their ``--trial-timeout`` plus the heartbeat
+    grace period after they started (:func:`autotune.optuna_compat.fail_overdue_trials`)."""
+    if heartbeat_interval(study) is None:
+        grace = heartbeat_seconds()[1]
 
+        def overdue(trial) -> float:
+            return float(trial.system_attrs.get(TIMEOUT_ATTR, settings.trial_timeout)) + grace
+
+        def retry(study, trial) -> None:
+            retry_stale_trial(
+                study,
+                trial,
+                f"still running {overdue(trial):g} s after it started, past its --trial-timeout "
+                "(its worker was killed, or its machine lost; this storage has no heartbeats)",
+            )
+
+        fail_overdue_trials(study, overdue, retry)
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)

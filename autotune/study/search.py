@@ -25,7 +25,7 @@ from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
 from autotune.samplers import make_sampler
 from autotune.space import params_of
-from autotune.storage import _sqlite_path, check_storage_url, check_writable, mask_url, open_storage
+from autotune.storage import check_storage_url, check_writable, mask_url, open_storage, storage_file
 from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
@@ -185,15 +185,15 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
 def _open_study(
     opts: SearchOptions, model_file: Path, study_name: str, storage_url: str, ui: UI
 ) -> tuple[Any, StudySettings, list[tuple[dict, dict]]]:
-    """Resume the study, or create it (a new SQLite file only after the model and the flags were
-    checked, so bad input leaves nothing behind). Returns ``(study, settings, --enqueue seeds)``.
+    """Resume the study, or create it (a new SQLite or journal file only after the model and the flags
+    were checked, so bad input leaves nothing behind). Returns ``(study, settings, --enqueue seeds)``.
 
     Raises:
         UsageError: As :func:`_create_settings`, :func:`_check_resume` and :func:`_check_run_inputs`.
     """
-    sqlite_path = _sqlite_path(storage_url)
+    file = storage_file(storage_url)
     settings = seeds = None
-    if sqlite_path is not None and not sqlite_path.exists():
+    if file is not None and not file.exists():
         settings = _create_settings(opts, model_file, study_name, ui)
         seeds = _check_run_inputs(opts, settings, new_study=True)
     storage = open_storage(storage_url, heartbeat=True)

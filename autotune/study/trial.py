@@ -14,7 +14,7 @@ import optuna
 
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, FailKind, stopped_by
-from autotune.optuna_compat import heartbeat_interval, record_heartbeat
+from autotune.optuna_compat import heartbeat_interval, record_heartbeat, set_trial_system_attr
 from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
@@ -64,6 +64,11 @@ class _RunContext:
             kill_group(pgid)
 
 
+#: The trial system attribute that holds the wall-clock cap, s, a trial runs under, on a storage without
+#: heartbeats: another worker fails the trial as stale once it has run that long plus the grace period.
+TIMEOUT_ATTR = "trial_timeout"
+
+
 def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_baseline: bool, ui: UI, ctx: _RunContext) -> Any:
     """Run one asked trial in a free slot to its end and tell the study. Returns the frozen trial.
 
@@ -92,6 +97,8 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
         if reason is not None:
             return _prune_predicted_oom(study, trial, reason, ui)
     spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
+    if heartbeat_interval(study) is None:  # no heartbeats (a journal file, a gRPC proxy): other workers judge it by its cap
+        set_trial_system_attr(study, trial, TIMEOUT_ATTR, float(settings.trial_timeout))
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,
     # and a trial whose heartbeat stopped would be failed as stale by another worker meanwhile
     with heartbeat(study, trial) as beating:
