@@ -7,6 +7,8 @@ copies of its own trials (``benchmarks/synthetic.py``). On each size it resumes 
 
 - **per trial**: wall time outside the trial process between one trial's end and the next one's
   start (telling Optuna, the study's records, the sampler, claiming the next trial): the median gap;
+- **of which the sampler**: Optuna's TPE sampling one config on the same study, timed apart (it
+  reads every trial: Optuna's cost, not autotune's); **autotune's own** is the rest;
 - **start-up**: command start to the first trial's launch (opening the study, inspection results,
   warm pool); **end**: last trial's end to the command's end (the summary, the export).
 
@@ -98,10 +100,14 @@ def measure_size(url: str, name: str, folder: Path, add: int) -> dict:
     for command in ("show", "export", "report"):
         extra = ["--out", str(folder / f"{name}.{command}.out")] if command in ("export", "report") else []
         reads[command] = statistics.median(autotune([command, name, "--storage", url, *extra], folder)[0] for _ in range(2))
+    sampler = _sampler_seconds(url, name)
+    per_trial = statistics.median(gaps) if gaps else None
     return {
         "trials_before": size,
+        "sampler_s": sampler,
+        "own_per_trial_s": None if per_trial is None else per_trial - sampler,
         "added": len(new),
-        "per_trial_s": statistics.median(gaps) if gaps else None,
+        "per_trial_s": per_trial,
         "gaps_s": gaps,
         "startup_s": min(launches) - command_start if launches else None,
         "end_s": command_end - max(exits) if exits else None,
@@ -109,6 +115,34 @@ def measure_size(url: str, name: str, folder: Path, add: int) -> dict:
         **{f"{k}_s": v for k, v in reads.items()},
         "load_avg": f"{load_before} -> {_load_avg()}",
     }
+
+
+def _sampler_seconds(url: str, name: str, repeats: int = 5) -> float:
+    """Median seconds Optuna's sampler (the study's default, multivariate TPE) takes to sample one
+    config of the study's space: ``study.ask()`` and autotune's ``suggest_config``, in this process
+    (the trials it asks are failed at once; the study is thrown away after this)."""
+    import optuna
+
+    from autotune.config import TrialConfig
+    from autotune.space_params import suggest_config
+    from autotune.storage import open_storage
+    from autotune.study.search import _make_sampler
+    from autotune.study.settings import settings_of
+
+    study = optuna.load_study(study_name=name, storage=open_storage(url, create=False))
+    settings = settings_of(study)
+    assert settings is not None
+    study.sampler = _make_sampler(settings, 0)
+    baseline = TrialConfig.from_dict(settings.baseline_config)
+    study.get_trials(deepcopy=False)  # the one full read, as a search run has made before its trials
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        trial = study.ask()
+        suggest_config(trial, settings.space, baseline)
+        times.append(time.perf_counter() - started)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return statistics.median(times[1:])  # the first call builds the sampler's caches
 
 
 def part_sizes(sizes: list[int], storages: list[str], add: int) -> list[dict]:
@@ -145,7 +179,7 @@ def part_sizes(sizes: list[int], storages: list[str], add: int) -> list[dict]:
 def _row_line(row: dict) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.2f}"
     return (
-        f"| {row['storage']} | {row['size']:,} | {fmt(row['per_trial_s'])} | {fmt(row['startup_s'])} | {fmt(row['end_s'])} | "
+        f"| {row['storage']} | {row['size']:,} | {fmt(row['per_trial_s'])} | {fmt(row['sampler_s'])} | {fmt(row['own_per_trial_s'])} | {fmt(row['startup_s'])} | {fmt(row['end_s'])} | "
         f"{fmt(row['show_s'])} | {fmt(row['export_s'])} | {fmt(row['report_s'])} | {row['load_avg']} |"
     )
 

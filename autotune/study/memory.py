@@ -3,22 +3,39 @@ memory, and the configs predicted to (by the frontier, then the study's memory m
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.frontier import event_of, frontier_summary, predicted_oom
-from autotune.study.memo import per_finished_trial
 from autotune.study.settings import settings_of
 
-
-@per_finished_trial
-def _event(trial) -> Any:
-    return event_of(trial.number, trial.state.name, trial.user_attrs)
+#: Per storage object (weakly: it goes with its storage) and study id: the trial ids already seen
+#: finished, and the earliest memory event of each distinct outcome.
+_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _memory_events(study) -> list:
-    """The memory events (:func:`autotune.frontier.event_of`) of the study's finished trials."""
-    return [event for t in study.get_trials(deepcopy=False) if t.state.is_finished() and (event := _event(t)) is not None]
+    """The memory events (:func:`autotune.frontier.event_of`) of the study's finished trials, one per
+    distinct outcome (batch, precision, devices, strategy, setting, OOM or not): its earliest trial.
+
+    Each finished trial is turned into its event once (Optuna never changes a finished trial); a
+    call then costs one pass of id lookups over the study. The earliest trial of each outcome is
+    what :func:`autotune.frontier.predicted_oom` names, and :func:`autotune.frontier.frontier_summary`
+    needs only the distinct outcomes.
+    """
+    studies = _SEEN.setdefault(study._storage, {})
+    seen, first = studies.setdefault(study._study_id, (set(), {}))
+    for t in study.get_trials(deepcopy=False):
+        if t._trial_id in seen or not t.state.is_finished():
+            continue
+        seen.add(t._trial_id)
+        event = event_of(t.number, t.state.name, t.user_attrs)
+        if event is not None:
+            outcome = (event.batch_size, event.precision, event.devices, event.strategy, event.setting, event.oom)
+            if outcome not in first or event.trial < first[outcome].trial:
+                first[outcome] = event
+    return sorted(first.values(), key=lambda e: e.trial)
 
 
 def _predicted_oom(study, config: TrialConfig) -> str | None:

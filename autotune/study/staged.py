@@ -16,6 +16,7 @@ from autotune.errors import UsageError
 from autotune.jobs import SlotPools
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
+from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.ui import UI
@@ -100,12 +101,18 @@ def top_system_configs(trials: Sequence[Any], k: int | None = None, with_speed: 
         sps = t.user_attrs.get("samples_per_sec")
         if t.state.name != "COMPLETE" or "confirm_of" in t.user_attrs or not sps:
             continue
-        system = system_part(t.params)
-        key = repr(sorted(system.items()))
+        key, system = _system_of(t)
         if key not in best or sps > best[key][0]:
             best[key] = (float(sps), system)
     ranked = sorted(best.values(), key=lambda pair: -pair[0])[:k]
-    return [(system, speed) for speed, system in ranked] if with_speed else [system for _, system in ranked]
+    return [(dict(system), speed) for speed, system in ranked] if with_speed else [dict(system) for _, system in ranked]
+
+
+@per_finished_trial
+def _system_of(trial: Any) -> tuple[str, dict[str, Any]]:
+    """``(key, system part)`` of a trial's params (:func:`system_part`), derived once per finished trial."""
+    system = system_part(trial.params)
+    return repr(sorted(system.items())), system
 
 
 def system_part(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,7 +183,7 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     ]
     by_system: dict[str, list] = {}  # grouped once: a pass per config would be quadratic in the study's size
     for t in tried:
-        by_system.setdefault(repr(sorted(system_part(t.params).items())), []).append(t)
+        by_system.setdefault(_system_of(t)[0], []).append(t)
     out: list[tuple[dict, dict]] = []
     for system, speed in top_system_configs(trials, with_speed=True):
         if len(out) == k:
