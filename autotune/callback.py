@@ -8,7 +8,9 @@
   non-finite loss check (every ``check_every`` batches and at the end);
 - :class:`autotune.noise_probe.GradientNoiseProbe`: the gradient noise estimates (:mod:`autotune.noise`);
 - :class:`autotune.flop_probe.FlopProbe`: FLOPs of the first batch, for MFU (:mod:`autotune.flops`);
-- :class:`autotune.progress.ProgressWriter`: rank 0's live preview, read by the parent.
+- :class:`autotune.progress.ProgressWriter`: rank 0's live preview, read by the parent;
+- :class:`autotune.host_load.HostLoadProbe`: how busy the host was over the measured window (other
+  processes' CPU time, steal, load average, other processes on the GPU).
 
 It also checks, when training starts, that the train DataLoader has the trial's ``num_workers`` and,
 on the first batch, that the batch has the trial's ``batch_size`` (:class:`autotune.measure.TrialFault`
@@ -31,6 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.flop_probe import FlopProbe
+from autotune.host_load import HostLoadProbe
 from autotune.measure import TrialFault, batch_length, classify_exception, forked_rank_index, summarize
 from autotune.noise_probe import GradientNoiseProbe
 from autotune.progress import Progress, ProgressWriter
@@ -229,6 +232,7 @@ class _MeasureHooks:
         self.noise = GradientNoiseProbe(batch_size, accumulate_grad_batches, total_batches)
         self.flops = FlopProbe()
         self.progress = ProgressWriter.from_env()  # written by rank 0 only
+        self.host = HostLoadProbe()
         self.world_size = 1
         self.cuda = False
         self.lr_ran: float | None = None
@@ -248,6 +252,7 @@ class _MeasureHooks:
             self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
         self.static["applied"] = applied_knobs(loader, pl_module)
         self.noise.attach(trainer, self.world_size)
+        self.host.start()  # before the clock starts: its reads of /proc are not the trial's time
         self._sync()
         self.timer.start(time.perf_counter())
 
@@ -270,6 +275,7 @@ class _MeasureHooks:
         now = time.perf_counter()
         if self.timer.batch_end(now, synced or not self.cuda):
             trainer.should_stop = True  # the sample budget is spent; the final validation follows
+            self._stop_host(trainer)
         self.losses.add(outputs)
         batches = len(self.timer.intervals)
         if self.losses.check_due(batches):
@@ -297,8 +303,16 @@ class _MeasureHooks:
         if not self.timer.ended:  # stopped before the planned last batch
             self._sync()
             self.timer.end(time.perf_counter())
+            self._stop_host(trainer)
         self.losses.check_finite(self.timer.sizes, self.world_size)
         self.timer.cut_warmup()
+
+    def _stop_host(self, trainer) -> None:
+        """End the host's load sampling (the window ended, or the rank failed)."""
+        if not self.host.started:  # failed before training: no window (and perhaps no device yet)
+            return
+        device = trainer.strategy.root_device
+        self.host.stop(device.index if device.type == "cuda" else None)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         write_rank_report(self.out_dir, trainer.global_rank, self.report(trainer))
@@ -312,7 +326,9 @@ class _MeasureHooks:
             rank = trainer.node_rank * trainer.num_devices + forked
         # the time tells the rank that failed first from the ranks that failed because of it (see autotune.runner.classify)
         error = {"kind": kind, "message": message, "time": time.time(), **getattr(exception, "details", {})}
-        write_rank_report(self.out_dir, rank, {**self.static, "rank": rank, "ok": False, "error": error})
+        self._stop_host(trainer)  # a failed trial's host load is kept too (from the start of training to its failure)
+        host = {"host": self.host.report()} if self.host.report() else {}
+        write_rank_report(self.out_dir, rank, {**self.static, "rank": rank, "ok": False, "error": error, **host})
 
     def report(self, trainer) -> RankReport:
         """This rank's report once ``fit`` ended (see :class:`autotune.rank_report.RankReport`)."""
@@ -327,6 +343,7 @@ class _MeasureHooks:
         report.update(self.flops.report(trainer, first_batch_size, self.precision))
         report["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
         report["peak_memory_gib"], report["peak_memory_kind"] = _peak_memory(self.cuda)
+        report["host"] = self.host.report()
         return report
 
     def record(self) -> dict[str, Any]:

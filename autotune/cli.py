@@ -312,6 +312,7 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_show(args) -> int:
+    from autotune.contention import busy_run_line, host_load_line
     from autotune.report import render_rows, trial_rows
     from autotune.study import load_study, recommendation
 
@@ -342,6 +343,8 @@ def _cmd_show(args) -> int:
     text = render_rows(rows, args.format, title=f"study {study.study_name}")
     if text is not None:
         print(text)
+    elif trials is not None and (line := host_load_line(trials[0])):
+        print(line)
     elif trials is None:
         from autotune.study import confirmation, oom_frontier
         from autotune.study.bounds import epoch_lines
@@ -351,6 +354,7 @@ def _cmd_show(args) -> int:
             *frontier_lines(oom_frontier(study)),
             *epoch_lines(study),
             *confirmation_lines(confirmation(study, settings), settings.objective),
+            *([busy] if (busy := busy_run_line(study.get_trials(deepcopy=False))) else []),
         ):
             print(line)
     return 0

@@ -81,6 +81,8 @@ class LiveUI(ConsoleUI):
             self.progress.advance(self.task)
         if self.live is None:
             super().trial_finished(trial)
+        else:
+            self._busy(trial)  # printed above the live view
 
     def stop(self) -> None:
         if self.live is not None:

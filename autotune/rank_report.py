@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from autotune.host_load import HostLoad
 
 __all__ = ["NoiseReport", "RankError", "RankReport", "RankSummary", "read_rank_reports", "write_rank_report"]
 
@@ -84,7 +87,7 @@ class RankReport(RankSummary, total=False):
 
     A rank that finished (``ok`` true) has every key of :class:`RankSummary` and the ones below
     except ``error``; a failed rank has ``rank``, ``ok`` (false), ``error`` and what it knew by then
-    (``config``, ``precision_ran``, ``applied``).
+    (``config``, ``precision_ran``, ``applied``, ``host`` when training had started).
 
     Attributes:
         rank: The rank's global rank (``trainer.global_rank``), >= 0.
@@ -105,6 +108,8 @@ class RankReport(RankSummary, total=False):
         metrics: The scalar ``trainer.callback_metrics`` at the end of ``fit``.
         peak_memory_gib: Peak memory, GiB.
         peak_memory_kind: ``"cuda_max_allocated"`` (per device) or ``"cpu_rss"`` (the process's).
+        host: How busy the host was over the measured window (:class:`autotune.host_load.HostLoad`;
+            a failed rank's from the start of training to its failure), or ``None`` (not measured).
     """
 
     rank: int
@@ -124,6 +129,7 @@ class RankReport(RankSummary, total=False):
     metrics: dict[str, float]
     peak_memory_gib: float
     peak_memory_kind: str
+    host: HostLoad | None
 
 
 def write_rank_report(out_dir: str, rank: int, report: RankReport | Mapping[str, Any], overwrite: bool = True) -> bool:

@@ -414,6 +414,14 @@ class ConsoleUI:
                 highlight=False,
                 soft_wrap=True,
             )
+        self._busy(trial)
+
+    def _busy(self, trial) -> None:
+        """One line when ``trial`` ran on a busy machine (:mod:`autotune.contention`)."""
+        from autotune.contention import busy_trial_line
+
+        if line := busy_trial_line(trial):
+            self.warn(line)
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
         from autotune.study import confirmation, confirmed_speed, oom_frontier
@@ -453,6 +461,10 @@ class ConsoleUI:
                 f"{run['overhead_fraction']:.0%} of it outside training steps",
                 markup=False,
             )
+        from autotune.contention import busy_run_line
+
+        if busy := busy_run_line(study.get_trials(deepcopy=False)):
+            self.warn(busy)
         if recommended is None:
             for line in confirmation_lines(confirmation(study, settings), settings.objective):
                 self.console.print(line, markup=False)

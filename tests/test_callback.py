@@ -1,6 +1,8 @@
 """The measurement callback's collaborators, fed fake clocks and tensors, and one real short fit."""
 
 import json
+import os
+import time
 import types
 
 import pytest
@@ -13,6 +15,7 @@ from autotune.callback import (
     measure_callback_class,
 )
 from autotune.flop_probe import FlopProbe
+from autotune.host_load import HOST_LOAD_KEYS
 from autotune.measure import TrialFault
 from autotune.noise import noise_terms
 from autotune.noise_probe import GradientNoiseProbe
@@ -340,5 +343,40 @@ def test_the_callback_measures_a_short_cpu_fit_and_writes_a_complete_report(tmp_
     assert report["noise"]["method"] == "consecutive_steps" and report["flops_per_sample"] > 0
     assert report["peak_memory_kind"] == "cpu_rss" and report["applied"]["parameters"] == 5
     assert len(report["loss_curve"]) == 40 and report["first_batch_time"] <= report["train_end_time"]
+    assert set(report["host"]) == set(HOST_LOAD_KEYS) and report["host"]["host_cpus"] == os.cpu_count()
     progress = json.loads((tmp_path / "progress.json").read_text())
     assert progress["batches"] == progress["planned"] == 40 and progress["samples"] == 320 and progress["loss"] is not None
+
+
+def test_a_rank_that_fails_in_training_keeps_the_host_load_up_to_its_failure(tmp_path):
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Failing(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            time.sleep(0.2)  # a window long enough for the CPU shares (autotune.host_load.MIN_WINDOW_JIFFIES)
+            if batch_idx == 3:
+                raise ValueError("boom")
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    callback = measure_callback_class(pl)(batch_size=8, num_workers=0, total_batches=8, accumulate_grad_batches=1,
+                                          out_dir=str(tmp_path), static={"config": {"precision": "32-true"}})
+    trainer = pl.Trainer(callbacks=[callback], accelerator="cpu", max_epochs=-1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="boom"):
+        trainer.fit(Failing(), DataLoader(data, batch_size=8))
+    (report,) = read_rank_reports(tmp_path)
+    assert not report["ok"] and report["error"]["kind"] == "exception"
+    host = report["host"]
+    assert set(host) == set(HOST_LOAD_KEYS) and host["host_load"] >= 0 and host["gpu_other_processes"] is None
+    if os.path.exists("/proc/stat"):  # Linux: 0.8 s of window on this process's CPUs
+        assert 0.0 <= host["steal_fraction"] <= 1.0 and 0.0 <= host["other_cpu_fraction"] <= 1.0

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrialConfig
+from autotune.contention import busy_run_line
 from autotune.export import lightning_cli_config, one_line, render_yaml, training_length_line, write_private
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
@@ -84,6 +85,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
         *([advice] if (advice := input_bound_line(trial, settings, study.get_trials(deepcopy=False))) else []),
+        *([busy] if (busy := busy_run_line(study.get_trials(deepcopy=False))) else []),
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",

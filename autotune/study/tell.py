@@ -22,6 +22,7 @@ import statistics
 import optuna
 
 from autotune.flops import mfu
+from autotune.host_load import HOST_LOAD_KEYS, merge_host_load
 from autotune.measure import merge_ranks
 from autotune.noise import noise_scale, statistical_efficiency
 from autotune.objective import (
@@ -82,6 +83,7 @@ def _tell(study, trial, outcome, settings: StudySettings, is_baseline: bool, ctx
     attrs.update(outcome.timing)
     attrs.update(_overhead(outcome))
     attrs["wall_seconds"] = outcome.wall_seconds
+    attrs.update(merge_host_load(outcome.ranks))  # how busy the host was (a failed trial's too, where measured)
     attrs["ranks"] = _rank_attrs(outcome)
     attrs["log"] = outcome.log  # the end of its output (autotune show STUDY N --log)
     kind, reason = outcome.fail_kind, outcome.fail_reason
@@ -243,6 +245,7 @@ _NOT_COPIED = {
     "startup_seconds",
     "training_seconds",
     "teardown_seconds",
+    *HOST_LOAD_KEYS,  # the host's load is of a run; a duplicate did not run
 }
 
 
