@@ -63,11 +63,20 @@ def grow(url: str, study_name: str, trials: int) -> int:
         raise ValueError(f"study {study_name!r} has no complete trial to copy")
     while count < trials:
         with engine.begin() as conn:
-            top_id = conn.execute(sa.select(sa.func.max(T.c.trial_id))).scalar_one()
             top_number = conn.execute(sa.select(sa.func.max(T.c.number)).where(T.c.study_id == study_id)).scalar_one()
             chosen = source[: trials - count]
-            # new ids and numbers follow the existing ones in the order of the copied trials
-            mapping = {old: (top_id + 1 + i, top_number + 1 + i) for i, old in enumerate(chosen)}
+            if engine.dialect.name == "postgresql":
+                # ids from the table's own sequence: other processes may insert trials meanwhile
+                ids = list(
+                    conn.execute(
+                        sa.text(f"SELECT nextval(pg_get_serial_sequence('trials', 'trial_id')) FROM generate_series(1, {len(chosen)})")
+                    ).scalars()
+                )
+            else:  # SQLite: this transaction holds the database's write lock
+                top_id = conn.execute(sa.select(sa.func.max(T.c.trial_id))).scalar_one()
+                ids = [top_id + 1 + i for i in range(len(chosen))]
+            # new numbers follow the study's existing ones in the order of the copied trials
+            mapping = {old: (ids[i], top_number + 1 + i) for i, old in enumerate(chosen)}
             rows = conn.execute(
                 sa.select(T.c.trial_id, T.c.state, T.c.datetime_start, T.c.datetime_complete).where(T.c.trial_id.in_(chosen))
             ).all()
@@ -93,14 +102,6 @@ def grow(url: str, study_name: str, trials: int) -> int:
                     conn.execute(
                         table.insert(),
                         [dict(zip(names, (mapping[v][0] if n == "trial_id" else v for n, v in zip(names, r)))) for r in found],
-                    )
-            if engine.dialect.name == "postgresql":
-                for table in [T, *children]:
-                    pk = next(c for c in table.c if c.primary_key)
-                    conn.execute(
-                        sa.text(
-                            f"SELECT setval(pg_get_serial_sequence('{table.name}', '{pk.name}'), (SELECT max({pk.name}) FROM {table.name}))"
-                        )
                     )
         count += len(chosen)
         source = source + [mapping[old][0] for old in chosen]  # the copies are copied next round: doubling
