@@ -25,6 +25,9 @@ from typing import Any
 
 __all__ = ["read_trials"]
 
+#: Most trial ids a child-table query lists (``IN (1, 2, ...)``; SQLite allows 32,766 parameters).
+_LISTED_IDS = 2000
+
 
 def _local(moment: datetime.datetime | None) -> datetime.datetime | None:
     """A naive UTC datetime as naive local time (as Optuna's ``TrialModel.datetime_start`` does)."""
@@ -75,8 +78,11 @@ def read_trials(
         ).all()
         if not rows:
             return []
-        # one query per child table, each over the same selection of trial ids
-        selected = sa.select(trials.c.trial_id).where(where).scalar_subquery()
+        # one query per child table, each over the same trial ids: listed when few (a cache's read of
+        # the new and unfinished trials; PostgreSQL would scan a whole table for the subquery), else
+        # as the selection itself
+        ids = [row[0] for row in rows]
+        selected: Any = ids if len(ids) <= _LISTED_IDS else sa.select(trials.c.trial_id).where(where).scalar_subquery()
 
         def children(model: Any, *columns: str, order: str | None = None) -> dict[int, list[tuple]]:
             table = model.__table__

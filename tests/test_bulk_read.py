@@ -55,8 +55,14 @@ def _backends():
         yield "postgresql"
 
 
+@pytest.mark.parametrize("listed", [True, False], ids=["ids-listed", "ids-by-subquery"])
 @pytest.mark.parametrize("backend", list(_backends()))
-def test_bulk_read_equals_optunas_own_read_for_every_selection(tmp_path, backend):
+def test_bulk_read_equals_optunas_own_read_for_every_selection(tmp_path, monkeypatch, backend, listed):
+    """Both ways of naming the trials in the child-table queries (a list of ids for a cache's small
+    reads, the selection as a subquery for a big one) read the same trials as Optuna."""
+    import autotune.bulk_read
+
+    monkeypatch.setattr(autotune.bulk_read, "_LISTED_IDS", 2000 if listed else 0)
     url = f"sqlite:///{tmp_path / 's.db'}" if backend == "sqlite" else POSTGRES
     rdb = optuna.storages.RDBStorage(url)
     study = _fill(rdb)
