@@ -10,10 +10,10 @@ from autotune.frontier import event_of, frontier_summary, predicted_oom
 from autotune.study.settings import settings_of
 
 
-def _memory_events(study) -> list:
-
+def _memory_events(study, trials: list | None = None) -> list:
+    """The memory events of the study's finished trials (of ``trials``, a snapshot of ``study.get_trials()``, when given)."""
     events = []
-    for t in study.get_trials(deepcopy=False):
+    for t in study.get_trials(deepcopy=False) if trials is None else trials:
         if t.state.is_finished():
             event = event_of(t.number, t.state.name, t.user_attrs)
             if event is not None:
@@ -43,7 +43,8 @@ def _predicted_oom(study, config: TrialConfig) -> str | None:
     return reason
 
 
-def oom_frontier(study) -> list[dict[str, Any]]:
-    """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some trial ran out of memory."""
+def oom_frontier(study, trials: list | None = None) -> list[dict[str, Any]]:
+    """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some
+    trial ran out of memory; over ``trials`` (a snapshot of ``study.get_trials()``, digests will do) when given."""
 
-    return [row for row in frontier_summary(_memory_events(study)) if row["oom_from"] is not None]
+    return [row for row in frontier_summary(_memory_events(study, trials)) if row["oom_from"] is not None]
