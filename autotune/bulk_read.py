@@ -15,9 +15,9 @@ Optuna's ``_CachedStorage`` and ``get_all_trials`` read trials; an error that is
 connection falls back to Optuna's own read (a future Optuna with another schema).
 
 With ``user_attr_keys``, it reads a *digest* instead (:mod:`autotune.study.digest`): only those user
-attributes, and no system attribute or intermediate value; what the queries over every trial of a
-large study need (``autotune show`` and ``export``), without parsing the loss curves and per-rank
-figures of each trial.
+attributes, only the system attributes ``system_attr_keys``, and no intermediate value; what the
+queries over every trial of a large study need (``autotune show``, ``export``, ``report``), without
+parsing the loss curves and per-rank figures of each trial.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def read_trials(
     included_trial_ids: set[int],
     trial_id_greater_than: int,
     user_attr_keys: Collection[str] | None = None,
+    system_attr_keys: Collection[str] = (),
 ) -> list:
     """The trials of ``study_id`` that Optuna's ``RDBStorage._get_trials`` with the same arguments returns.
 
@@ -54,8 +55,9 @@ def read_trials(
         states: ``TrialState`` values to keep, or ``None`` for all.
         included_trial_ids: Trial ids (at most ``trial_id_greater_than``) read whatever their id.
         trial_id_greater_than: Only trials with a larger id (besides ``included_trial_ids``); -1: all.
-        user_attr_keys: Read only these user attributes, and neither system attributes nor
-            intermediate values (their dicts are empty); ``None``: everything.
+        user_attr_keys: Read only these user attributes, only the system attributes
+            ``system_attr_keys``, and no intermediate value (an empty dict); ``None``: everything.
+        system_attr_keys: The system attributes read along with ``user_attr_keys``.
 
     Returns:
         ``optuna.trial.FrozenTrial`` objects ordered by trial id (equal to Optuna's own, but for what
@@ -107,6 +109,8 @@ def read_trials(
         if user_attr_keys is None:
             system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json")
             intermediate = children(models.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
+        elif system_attr_keys:
+            system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json", keys=system_attr_keys)
 
     parsed: dict[str, Any] = {}
 

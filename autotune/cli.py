@@ -347,8 +347,10 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from autotune.html_report import write_pngs, write_report
+    from autotune.html_report import report_trials, write_report
+    from autotune.report_png import write_pngs
     from autotune.study import default_export_path, load_study, mask_url, recommendation
+    from autotune.study.digest import full_trials
     from autotune.study.options import file_stem
 
     if args.out is not None and not args.out.strip():
@@ -358,9 +360,11 @@ def _cmd_report(args) -> int:
 
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
-    recommended, baseline = recommendation(study, settings)
+    # every trial as digests (the figures' few attributes); the recommended trial and the baseline in full
+    every = report_trials(study)
+    recommended, baseline = full_trials(study, list(recommendation(study, settings, every)))
     out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{file_stem(study.study_name)}.report.html")
-    figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}")
+    figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}", trials=every)
     drawn = [n for n, f in figures.items() if not isinstance(f, str)]
     print(f"report of study {study.study_name!r} ({len(drawn)} of {len(figures)} figures) written to {out}")
     if args.png:

@@ -98,17 +98,19 @@ def drawn_note(drawn: Drawn, kept: str, preferred: str = "the preferred trials")
     return note
 
 
-def light_study(trials: Sequence[Any], directions: Sequence[Any], user_keys: Collection[str] = ()) -> Any:
+def light_study(trials: Sequence[Any], directions: Sequence[Any], user_keys: Collection[str] = (), params: bool = True) -> Any:
     """An in-memory Optuna study of light copies of ``trials``, for Optuna's own figures of a sample.
 
     Optuna's figures read a study's every trial, deep-copied (``Study.get_trials()``); a copy holds
-    only what a figure reads: its state, params, values, the constraints Optuna judges feasibility by,
-    and the user attributes ``user_keys``. Optuna numbers the copies 0, 1, ... in the order of ``trials``.
+    only what a figure reads: its state, values, params (unless ``params`` is false), the constraints
+    Optuna judges feasibility by, and the user attributes ``user_keys``. Optuna numbers the copies 0,
+    1, ... in the order of ``trials``.
 
     Args:
         trials: Finished frozen trials of one study.
         directions: The study's directions.
         user_keys: User attributes copied (those a figure's ``target`` reads).
+        params: Copy the params (the optimisation history reads none).
     """
     import optuna
 
@@ -124,11 +126,11 @@ def light_study(trials: Sequence[Any], directions: Sequence[Any], user_keys: Col
         [
             optuna.trial.create_trial(
                 state=t.state,
-                params=t.params,
-                distributions=t.distributions,
+                params=t.params if params else None,
+                distributions=t.distributions if params else None,
                 values=t.values,
                 user_attrs={k: t.user_attrs[k] for k in user_keys if k in t.user_attrs},
-                system_attrs={k: v for k, v in t.system_attrs.items() if k == CONSTRAINTS_KEY},
+                system_attrs={CONSTRAINTS_KEY: t.system_attrs[CONSTRAINTS_KEY]} if CONSTRAINTS_KEY in t.system_attrs else {},
             )
             for t in trials
         ]

@@ -24,11 +24,13 @@ Above :data:`autotune.figure_sample.MAX_DRAWN` trials, the figures with a point 
 (``history``, ``batch_throughput``, ``pareto``) draw the baseline, the recommended trial, the fastest
 feasible trial (and the Pareto front) and a random sample of the others, with a fixed seed, and their
 subtitle says how many of how many are drawn; the importances are computed over a sample likewise
-(:data:`autotune.importance.MAX_TRIALS`). The study is read once for every figure.
+(:data:`autotune.importance.MAX_TRIALS`). The study is read once for every figure, as digests
+(:func:`report_trials`: the few attributes the figures read of every trial), and the trials whose
+loss curves are drawn are then read in full.
 
 A figure that cannot be drawn (too few complete trials, no failure) is replaced by a sentence that
-says why. The page embeds plotly.js, so it opens with no network access. PNGs need kaleido
-(``pip install -e ".[png]"``), which drives a local Chrome or Chromium.
+says why. The page embeds plotly.js, so it opens with no network access; the same figures as PNG
+files: :func:`autotune.report_png.write_pngs`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ from autotune.errors import UsageError
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
-__all__ = ["FIGURE_TITLES", "build_figures", "write_pngs", "write_report"]
+__all__ = ["FIGURE_TITLES", "REPORT_KEYS", "build_figures", "report_trials", "write_report"]
 
 FIGURE_TITLES = {
     "history": "Optimisation history: samples/s per trial",
@@ -67,6 +68,24 @@ KINDS = {
     "infeasible": "infeasible (loss above the tolerance)",
     "short": "short screening run (loss not judged)",
 }
+
+
+#: The user attributes the report reads of every trial (:func:`report_trials`); of the recommended
+#: trial and the baseline, and of the trials whose loss curves it draws, it reads every attribute.
+REPORT_KEYS = frozenset({"feasible", "fail_reason"})
+
+
+def report_trials(study) -> list:
+    """Every trial of ``study`` as the report reads it: digests (:mod:`autotune.study.digest`) with
+    :data:`REPORT_KEYS` besides the digest's own, and the constraints Optuna judges feasibility by.
+
+    Raises:
+        autotune.errors.StorageUnreachableError: The database stayed unreachable past ``$AUTOTUNE_STORAGE_RETRY``.
+    """
+    from autotune.optuna_compat import CONSTRAINTS_KEY
+    from autotune.study.digest import DIGEST_KEYS, digest_trials
+
+    return digest_trials(study, DIGEST_KEYS | REPORT_KEYS, frozenset({CONSTRAINTS_KEY}))
 
 
 def _complete(trials) -> list:
@@ -95,9 +114,10 @@ def build_figures(study, settings: StudySettings, recommended=None, baseline=Non
     """The report's figures: name -> plotly Figure, or name -> str (why it is missing).
 
     Args:
-        trials: A snapshot of ``study.get_trials()`` (full trials), else a fresh one is read.
+        recommended, baseline: Full frozen trials.
+        trials: A snapshot of every trial (:func:`report_trials`, or full trials), else one is read.
     """
-    every = study.get_trials(deepcopy=False) if trials is None else trials
+    every = report_trials(study) if trials is None else trials
     figures: dict[str, Any] = {}
     for name, build in (
         ("history", _history),
@@ -148,7 +168,7 @@ def _history(study, settings, recommended, baseline, every):
     drawn = drawn_trials(complete, _always(complete, recommended, baseline))
     # Optuna's figure of light copies of the trials drawn (it deep-copies every trial it reads), which
     # it numbers 0, 1, ...: the x axis is given back their own numbers
-    copy = light_study(drawn.trials, study.directions, ("samples_per_sec",))
+    copy = light_study(drawn.trials, study.directions, ("samples_per_sec",), params=False)
     fig = optuna.visualization.plot_optimization_history(copy, target=_sps_target, target_name=KINDS["feasible"])
     own = [t.number for t in drawn.trials]
     for trace in fig.data:
@@ -359,12 +379,16 @@ def _importances(study, settings, recommended, baseline, every):
 def _loss_curves(study, settings, recommended, baseline, every):
     import plotly.graph_objects as go
 
-    feasible = sorted(
-        (t for t in _complete(every) if t.user_attrs.get("feasible") and t.user_attrs.get("loss_curve")),
-        key=lambda t: -t.user_attrs["samples_per_sec"],
-    )
-    chosen = feasible[:CURVES]
-    if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline not in chosen:
+    from autotune.study.digest import full_trials
+
+    feasible = sorted((t for t in _complete(every) if t.user_attrs.get("feasible")), key=lambda t: -t.user_attrs["samples_per_sec"])
+    chosen: list = []
+    start, step = 0, 2 * CURVES  # the fastest read in full, more while some have no curve
+    while len(chosen) < CURVES and start < len(feasible):
+        chosen += [t for t in full_trials(study, feasible[start : start + step]) if t.user_attrs.get("loss_curve")]
+        start, step = start + step, 2 * step
+    chosen = chosen[:CURVES]
+    if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline.number not in {t.number for t in chosen}:
         chosen.append(baseline)
     names = _named(study, settings, recommended, baseline, every)
     if not chosen:
@@ -414,8 +438,14 @@ def _failures(study, settings, recommended, baseline, every):
     return fig
 
 
-def write_report(study, settings: StudySettings, out: Path, recommended=None, baseline=None, storage_label: str = "") -> dict[str, Any]:
+def write_report(
+    study, settings: StudySettings, out: Path, recommended=None, baseline=None, storage_label: str = "", trials: list | None = None
+) -> dict[str, Any]:
     """Write the HTML report to ``out`` (plotly.js inline); returns the figures.
+
+    Args:
+        recommended, baseline: Full frozen trials (:func:`autotune.study.recommendation`).
+        trials: Every trial of the study (:func:`report_trials`), else they are read.
 
     Raises:
         UsageError: ``out`` is a folder or its folder does not exist.
@@ -428,7 +458,7 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
         raise UsageError(f"report path {str(out)!r} is a folder; give a file path such as {str(out / 'report.html')!r}")
     if not out.parent.is_dir():
         raise UsageError(f"report path {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
-    trials = study.get_trials(deepcopy=False)
+    trials = report_trials(study) if trials is None else trials
     figures = build_figures(study, settings, recommended, baseline, trials)
     counts = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "PRUNED", "RUNNING", "WAITING")}
     summary = [f"{len(trials):,} trials: " + ", ".join(f"{n:,} {s.lower()}" for s, n in counts.items() if n)]
@@ -487,31 +517,3 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
     except OSError as e:
         raise UsageError(f"cannot write the report to {str(out)!r}: {e.strerror or e}; give another --out") from None
     return figures
-
-
-def write_pngs(figures: Mapping[str, Any], folder: Path) -> list[Path]:
-    """Write each drawn figure as ``<folder>/<name>.png`` (kaleido, which drives Chrome/Chromium).
-
-    Raises:
-        UsageError: kaleido is not installed, no Chrome/Chromium is found, or ``folder`` is not a folder.
-    """
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--png {str(folder)!r} is a file; give a folder")
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        raise UsageError('--png needs kaleido: pip install -e ".[png]" (it also needs Chrome or Chromium installed)') from None
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, figure in figures.items():
-        if isinstance(figure, str):
-            continue
-        path = folder / f"{name}.png"
-        try:
-            figure.write_image(str(path), width=1000, height=600)
-        except Exception as e:  # kaleido raises its own types when no browser is found
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UsageError(f"--png: kaleido could not render ({first}); install Chrome or Chromium, or set BROWSER_PATH to one") from None
-        written.append(path)
-    return written

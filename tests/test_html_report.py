@@ -5,7 +5,7 @@ import optuna
 import pytest
 from conftest import dashboard_api, served_dashboard
 from study.helpers import add, confirm, make_study  # tests/study/helpers.py
-from test_report import CHROMIUM_FLAGS, _chromium
+from test_report import CHROMIUM_FLAGS, _chromium, plotly_figures, plotly_layouts
 
 from autotune.html_report import KINDS, MARKS, build_figures
 from autotune.study import recommendation
@@ -234,15 +234,17 @@ def test_a_short_run_is_never_best_in_optuna_s_views_and_still_ranks_stage_1(tmp
     assert "trial_samples" not in recommended.user_attrs and recommended.user_attrs["feasible"]
 
 
-def _large_study(objective="throughput"):
+def _large_study(objective="throughput", storage=None):
     """58 trials: a slow baseline of the lowest loss, 48 search trials whose loss falls as their speed rises, 6
     faster ones above the loss tolerance, each faster and worse (the Pareto front: those, the fastest
-    feasible trial and the baseline), 3 failures."""
-    study = make_study(space=SPACE, objective=objective)
+    feasible trial and the baseline), 3 failures. Every third search trial has a loss curve."""
+    study = make_study(storage, space=SPACE, objective=objective)
     add(study, 100.0, 1.0, baseline=True)
     for k in range(54):
         workers, batch_size = k % 5, (16, 32, 64)[k % 3]
-        add(study, 120.0 + 7 * k, 1.04 - 0.0008 * k if k < 48 else 1.5 + 0.1 * (k - 48), batch_size=batch_size, num_workers=workers, lr=0.01 + k / 200)
+        curve = {"loss_curve": [[0, 2.0], [512, 1.0 + k / 100]]} if k % 3 == 0 else {}
+        add(study, 120.0 + 7 * k, 1.04 - 0.0008 * k if k < 48 else 1.5 + 0.1 * (k - 48), attrs=curve, batch_size=batch_size,
+            num_workers=workers, lr=0.01 + k / 200)
     for _ in range(3):
         add(study, None, None, state="FAIL", attrs={"fail_kind": "oom", "fail_reason": "out of memory"}, batch_size=512)
     return study
@@ -307,6 +309,42 @@ def test_a_pareto_study_above_the_cap_gets_the_scatter_of_a_sample(monkeypatch):
     monkeypatch.setattr(autotune.figure_sample, "MAX_DRAWN", 20)
     fig = build_figures(study, settings, recommended, baseline)["pareto"]
     assert {"Pareto front", "other trials"} <= {t.name for t in fig.data} and fig.layout.title.subtitle.text.startswith("20 of 55 trials drawn")
+
+
+def test_autotune_report_of_a_stored_study_above_the_cap_reads_digests_and_draws_a_sample(tmp_path, monkeypatch, capfd):
+    import autotune.bulk_read
+    import autotune.figure_sample
+    import autotune.importance
+    from autotune import cli
+
+    db = tmp_path / "large.db"
+    _large_study(storage=f"sqlite:///{db}")
+    monkeypatch.setattr(autotune.figure_sample, "MAX_DRAWN", 20)
+    monkeypatch.setattr(autotune.importance, "MAX_TRIALS", 20)
+    full_reads, original = [], autotune.bulk_read.read_trials
+
+    def counting(*args, user_attr_keys=None, **kwargs):
+        found = original(*args, user_attr_keys=user_attr_keys, **kwargs)
+        if user_attr_keys is None:
+            full_reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(autotune.bulk_read, "read_trials", counting)
+    assert cli.main(["report", str(db), "--out", str(tmp_path / "r.html")]) == 0
+    assert "(6 of 6 figures) written to" in capfd.readouterr().out
+    page = (tmp_path / "r.html").read_text()
+    traces, layouts = plotly_figures(page), plotly_layouts(page)
+    note = "20 of 55 trials drawn: the baseline, the recommended trial, the fastest feasible trial,"
+    for name in ("history", "batch_throughput", "pareto"):
+        assert layouts[name]["title"]["subtitle"]["text"].startswith(note), name
+    assert sum(len(t["x"]) for t in traces["batch_throughput"]) == 20
+    assert layouts["importances"]["title"]["subtitle"]["text"].startswith("over 20 of 55 full-budget trials, a random sample")
+    # the loss curves of the five fastest feasible trials that have one (trials 46, 43, 40, 37, 34) and the baseline's none
+    assert [t["name"] for t in traces["loss_curves"]] == ["trial 46", "trial 43", "trial 40", "trial 37", "trial 34"]
+    # read in full: the recommended trial and the baseline, then the ten fastest feasible trials (for their curves;
+    # three have one), then the next twenty
+    assert full_reads == [2, 10, 20]
+    assert "55 trials: 55 complete" not in page and "58 trials: 55 complete, 3 fail" in page
 
 
 def test_drawn_trials_samples_the_preferred_trials_too_when_they_alone_are_more_than_the_cap():

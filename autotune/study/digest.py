@@ -12,7 +12,8 @@ in full the few trials a command prints or exports.
 A digest is an ``optuna.trial.FrozenTrial`` whose ``user_attrs`` is a :class:`DigestAttrs`: reading an
 attribute the digest did not read raises :class:`UnreadAttribute` (a bug to fix by adding the key to
 :data:`DIGEST_KEYS`, or by reading the trial in full) instead of reading as absent. Its system
-attributes raise likewise, and it has no intermediate values.
+attributes likewise (none unless asked for), and it has no intermediate values. ``autotune report``
+reads a few more keys (:data:`autotune.html_report.REPORT_KEYS`).
 
 Storages other than autotune's RDB storage (an in-memory study) give full trials: they are in memory.
 """
@@ -104,7 +105,9 @@ def _rdb(study) -> Any:
     return backend if isinstance(backend, ResilientRDBStorage) else None
 
 
-def _read(rdb, study_id: int, included: set[int], greater: int, keys: frozenset[str] | None) -> list | None:
+def _read(
+    rdb, study_id: int, included: set[int], greater: int, keys: frozenset[str] | None, system_keys: frozenset[str] = frozenset()
+) -> list | None:
     """:func:`autotune.bulk_read.read_trials` through the storage's retries; ``None`` when it fails
     otherwise than by a lost connection (a future Optuna's other schema: read through Optuna instead)."""
     from autotune.bulk_read import read_trials
@@ -112,7 +115,7 @@ def _read(rdb, study_id: int, included: set[int], greater: int, keys: frozenset[
 
     def call() -> list | None:
         try:
-            return read_trials(rdb.engine, study_id, None, included, greater, user_attr_keys=keys)
+            return read_trials(rdb.engine, study_id, None, included, greater, user_attr_keys=keys, system_attr_keys=system_keys)
         except Exception as e:
             if is_transient(e):
                 raise
@@ -121,36 +124,40 @@ def _read(rdb, study_id: int, included: set[int], greater: int, keys: frozenset[
     return rdb._retry(call)
 
 
-def digest_trials(study) -> list:
+def digest_trials(study, keys: frozenset[str] = DIGEST_KEYS, system_keys: frozenset[str] = frozenset()) -> list:
     """Every trial of ``study``, ordered by number, as digests (full trials on other storages).
+
+    Args:
+        study: The study.
+        keys: The user attributes read (:data:`DIGEST_KEYS` or more).
+        system_keys: The system attributes read (none by default).
 
     Raises:
         autotune.errors.StorageUnreachableError: The database stayed unreachable past ``$AUTOTUNE_STORAGE_RETRY``.
     """
     rdb = _rdb(study)
-    found = None if rdb is None else _read(rdb, study._study_id, set(), -1, DIGEST_KEYS)
+    found = None if rdb is None else _read(rdb, study._study_id, set(), -1, keys, system_keys)
     if found is None:
         return study.get_trials(deepcopy=False)
-    nothing: frozenset[str] = frozenset()
     for t in found:
-        t.user_attrs = DigestAttrs(t.user_attrs, DIGEST_KEYS)
-        t.system_attrs = DigestAttrs({}, nothing)
+        t.user_attrs = DigestAttrs(t.user_attrs, keys)
+        t.system_attrs = DigestAttrs(t.system_attrs, system_keys)
     return sorted(found, key=lambda t: t.number)
 
 
 def full_trials(study, trials: Sequence[Any]) -> list:
-    """The full trials of ``trials`` (digests or full trials of ``study``), in the same order.
+    """The full trials of ``trials`` (digests or full trials of ``study``; a ``None`` stays ``None``), in the same order.
 
     Raises:
         autotune.errors.StorageUnreachableError: The database stayed unreachable past ``$AUTOTUNE_STORAGE_RETRY``.
     """
-    wanted = {t._trial_id for t in trials if is_digest(t)}
+    wanted = {t._trial_id for t in trials if t is not None and is_digest(t)}
     if not wanted:
         return list(trials)
     rdb = _rdb(study) if len(wanted) <= _BY_ID_MAX else None
     found = None if rdb is None else _read(rdb, study._study_id, wanted, _LAST_TRIAL_ID, None)
     if found is None:
         every = {t.number: t for t in study.get_trials(deepcopy=False)}
-        return [every[t.number] for t in trials]
+        return [None if t is None else every[t.number] for t in trials]
     by_id = {t._trial_id: t for t in found}
-    return [by_id[t._trial_id] if is_digest(t) else t for t in trials]
+    return [by_id[t._trial_id] if t is not None and is_digest(t) else t for t in trials]
