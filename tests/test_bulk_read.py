@@ -122,5 +122,9 @@ def test_a_digest_read_is_optunas_read_with_only_the_user_attributes_asked_for(t
         for field in ("number", "state", "values", "datetime_start", "datetime_complete", "params", "distributions", "_trial_id"):
             assert getattr(ours, field) == getattr(full, field), field
     assert {k for t in digest for k in t.user_attrs} == {"config", "fail_kind", "samples_per_sec"}
+    # the system attributes asked for, alone
+    with_constraints = read_trials(rdb.engine, sid, None, set(), -1, user_attr_keys=keys, system_attr_keys={"constraints"})
+    assert [t.system_attrs for t in with_constraints] == [{k: v for k, v in t.system_attrs.items() if k == "constraints"} for t in theirs]
+    assert sum(bool(t.system_attrs) for t in with_constraints) == 3
     if backend == "postgresql":
         optuna.delete_study(study_name=study.study_name, storage=rdb)
