@@ -71,24 +71,27 @@ class DigestAttrs(dict):
         super().__init__(values)
         self.read = read
 
-    def _check(self, key: Any) -> None:
-        if key not in self.read:
-            raise UnreadAttribute(
-                f"attribute {key!r} is not in a trial digest (it reads {sorted(self.read)}); read the trial "
-                "with autotune.study.digest.full_trials, or add the key to DIGEST_KEYS"
-            )
+    def _unread(self, key: Any) -> UnreadAttribute:
+        return UnreadAttribute(
+            f"attribute {key!r} is not in a trial digest (it reads {sorted(self.read)}); read the trial "
+            "with autotune.study.digest.full_trials, or add the key to DIGEST_KEYS"
+        )
 
+    # (each check inline: the queries over 10,000 digests make ~100,000 of these calls)
     def __getitem__(self, key: Any) -> Any:
-        self._check(key)
-        return super().__getitem__(key)
+        if key in self.read:
+            return dict.__getitem__(self, key)
+        raise self._unread(key)
 
     def __contains__(self, key: object) -> bool:
-        self._check(key)
-        return super().__contains__(key)
+        if key in self.read:
+            return dict.__contains__(self, key)
+        raise self._unread(key)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        self._check(key)
-        return super().get(key, default)
+        if key in self.read:
+            return dict.get(self, key, default)
+        raise self._unread(key)
 
 
 def is_digest(trial: Any) -> bool:
