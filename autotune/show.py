@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,24 +40,24 @@ class TableChoice:
 
     Attributes:
         numbers: Numbers of the trials shown, ascending.
-        kept: How many of them are shown whatever their rank (the recommended trial, the baselines).
+        kept: What the trials shown whatever their rank are, as words (``["the recommended trial", "the baseline"]``).
         left_out: Trials not shown, counted by state name (``{"COMPLETE": 9975, "FAIL": 6}``).
     """
 
     numbers: list[int]
-    kept: int
+    kept: list[str]
     left_out: Counter
 
 
-def choose_rows(trials: Sequence[Any], objective: str, limit: int, keep: Sequence[int | None] = ()) -> TableChoice:
+def choose_rows(trials: Sequence[Any], objective: str, limit: int, keep: Mapping[int, str] | None = None) -> TableChoice:
     """The trials a table of at most ``limit`` rows shows.
 
     Args:
         trials: Every frozen trial (or digest) of the study.
         objective: The study's objective: orders the complete trials best first (:func:`autotune.report.sort_key`).
         limit: Most rows (>= 1).
-        keep: Numbers of trials shown whatever their rank, in order of priority (the recommended trial,
-            the baseline); ``None`` entries are skipped.
+        keep: The trials shown whatever their rank, in order of priority: number -> what it is, as
+            words (``{12: "the recommended trial", 0: "the baseline"}``).
 
     Returns:
         The :class:`TableChoice`: every trial when there are at most ``limit``.
@@ -65,8 +65,8 @@ def choose_rows(trials: Sequence[Any], objective: str, limit: int, keep: Sequenc
     from autotune.report import sort_key
 
     every = {t.number for t in trials}
-    chosen = list(dict.fromkeys(n for n in keep if n is not None and n in every))[:limit]
-    kept = len(chosen)
+    chosen = [n for n in (keep or {}) if n in every][:limit]
+    kept = [(keep or {})[n] for n in chosen]
     if len(trials) <= limit:
         return TableChoice(sorted(every), kept, Counter())
     key = sort_key(objective)
@@ -93,10 +93,8 @@ def left_out_line(choice: TableChoice, total: int, objective: str) -> str | None
     if not choice.left_out:
         return None
     shown = len(choice.numbers)
-    best = shown - choice.kept
-    kept = {0: "", 1: "the recommended trial and ", 2: "the recommended trial, the baseline and "}.get(
-        choice.kept, "the recommended trial, the baselines and "
-    )
+    best = shown - len(choice.kept)
+    kept = "".join(f"{words}, " for words in choice.kept[:-1]) + (f"{choice.kept[-1]} and " if choice.kept else "")
     states = ", ".join(f"{n:,} {state.lower()}" for state, n in choice.left_out.most_common())
     return (
         f"{shown:,} of {total:,} trials shown ({kept}the {best:,} best complete by {_RANKED_BY.get(objective, 'samples/s')}); "
@@ -146,7 +144,14 @@ def show_study(study, settings, trial: int | None = None, fmt: str = "table", li
     from autotune.summary import confirmation_lines, frontier_lines
 
     base_number = (study.user_attrs.get(BASELINE_ATTR) or {}).get("trial")
-    keep = (rec_number, base_number, baseline.number if baseline else None)
+    keep: dict[int, str] = {}  # (a trial that is both keeps its first name: the note column says the rest)
+    for number, words in (
+        (rec_number, "the recommended trial"),
+        (base_number, "the baseline"),
+        (baseline.number if baseline else None, "the baseline's median confirmation run"),
+    ):
+        if number is not None:
+            keep.setdefault(number, words)
     choice = choose_rows(every, settings.objective, len(every) if limit is None else limit, keep)
     by_number = {t.number: t for t in every}
     shown = full_trials(study, [by_number[n] for n in choice.numbers])

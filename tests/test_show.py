@@ -10,7 +10,7 @@ import yaml
 from study.helpers import add, make_study  # tests/study/helpers.py
 
 from autotune import cli
-from autotune.show import SHOW_LIMIT, choose_rows
+from autotune.show import SHOW_LIMIT, choose_rows, left_out_line
 
 
 def _big_study(path, search_trials=55):
@@ -142,9 +142,31 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
         # (a NaN samples/s stored as an attribute: Optuna refuses a NaN value)
         add(study, 150.0, 1.0, attrs={"goodput": goodput, "samples_per_sec": sps}, batch_size=(32, 64, 128, 256)[k])
     trials = study.trials
-    assert choose_rows(trials, "throughput", 3, keep=(2, 0)).numbers == [0, 1, 2]
-    choice = choose_rows(trials, "goodput", 3, keep=(None, 0))
-    assert choice.numbers == [0, 2, 3] and choice.kept == 1 and dict(choice.left_out) == {"COMPLETE": 2}
+    choice = choose_rows(trials, "throughput", 3, keep={2: "the recommended trial", 0: "the baseline"})
+    assert choice.numbers == [0, 1, 2] and choice.kept == ["the recommended trial", "the baseline"]
+    assert left_out_line(choice, 5, "throughput") == (
+        "3 of 5 trials shown (the recommended trial, the baseline and the 1 best complete by samples/s); 2 left out "
+        "(2 complete): --limit N shows N rows, --all every trial, --format json or yaml every trial in full")
+    choice = choose_rows(trials, "goodput", 3, keep={0: "the baseline"})
+    assert choice.numbers == [0, 2, 3] and choice.kept == ["the baseline"] and dict(choice.left_out) == {"COMPLETE": 2}
+    assert left_out_line(choice, 5, "goodput").startswith("3 of 5 trials shown (the baseline and the 2 best complete by goodput)")
+    assert choose_rows(trials, "throughput", 1, keep={2: "the recommended trial", 0: "the baseline"}).numbers == [2]
     # a NaN samples/s ranks last, not first
     assert choose_rows(trials, "throughput", 4).numbers == [0, 1, 2, 4]
     assert choose_rows(trials, "throughput", 5).numbers == [0, 1, 2, 3, 4]
+
+
+def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median_run(tmp_path, monkeypatch, capfd):
+    from study.helpers import confirm
+
+    monkeypatch.setenv("COLUMNS", "250")
+    db = tmp_path / "confirmed.db"
+    study = _big_study(db, search_trials=30)
+    base_runs = confirm(study, 0, [99.0, 101.0, 100.0])
+    best_runs = confirm(study, 24, [430.0, 440.0, 435.0])  # trial 24: the fastest feasible search trial
+    _, out, _ = _show(capfd, db, "--limit", 5)
+    rows = _shown(out)
+    assert {0, base_runs[2].number, best_runs[2].number} <= set(rows) and len(rows) == 5  # the median runs: 100 and 435
+    assert re.search(rf"^│\s*{best_runs[2].number} │.*recommended", out, re.M)
+    assert ("5 of 41 trials shown (the recommended trial, the baseline, the baseline's median confirmation run and the 2 best "
+            "complete by samples/s)") in out
