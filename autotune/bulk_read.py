@@ -13,6 +13,11 @@ objectives, infinite and NaN values and every distribution type.
 :class:`autotune.storage.ResilientRDBStorage` uses it as its ``_get_trials``, the call through which
 Optuna's ``_CachedStorage`` and ``get_all_trials`` read trials; an error that is not a lost
 connection falls back to Optuna's own read (a future Optuna with another schema).
+
+With ``user_attr_keys``, it reads a *digest* instead (:mod:`autotune.study.digest`): only those user
+attributes, only the system attributes ``system_attr_keys``, and no intermediate value; what the
+queries over every trial of a large study need (``autotune show``, ``export``, ``report``), without
+parsing the loss curves and per-rank figures of each trial.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections import defaultdict
-from collections.abc import Container, Iterable
+from collections.abc import Collection, Container, Iterable
 from typing import Any
 
 __all__ = ["read_trials"]
@@ -42,6 +47,8 @@ def read_trials(
     states: Container[Any] | None,
     included_trial_ids: set[int],
     trial_id_greater_than: int,
+    user_attr_keys: Collection[str] | None = None,
+    system_attr_keys: Collection[str] = (),
 ) -> list:
     """The trials of ``study_id`` that Optuna's ``RDBStorage._get_trials`` with the same arguments returns.
 
@@ -51,9 +58,13 @@ def read_trials(
         states: ``TrialState`` values to keep, or ``None`` for all.
         included_trial_ids: Trial ids (at most ``trial_id_greater_than``) read whatever their id.
         trial_id_greater_than: Only trials with a larger id (besides ``included_trial_ids``); -1: all.
+        user_attr_keys: Read only these user attributes, only the system attributes
+            ``system_attr_keys``, and no intermediate value (an empty dict); ``None``: everything.
+        system_attr_keys: The system attributes read along with ``user_attr_keys``.
 
     Returns:
-        ``optuna.trial.FrozenTrial`` objects ordered by trial id (equal to Optuna's own).
+        ``optuna.trial.FrozenTrial`` objects ordered by trial id (equal to Optuna's own, but for what
+        ``user_attr_keys`` leaves out).
     """
     import sqlalchemy as sa
     from optuna import distributions
@@ -84,9 +95,11 @@ def read_trials(
         ids = [row[0] for row in rows]
         selected: Any = ids if len(ids) <= _LISTED_IDS else sa.select(trials.c.trial_id).where(where).scalar_subquery()
 
-        def children(model: Any, *columns: str, order: str | None = None) -> dict[int, list[tuple]]:
+        def children(model: Any, *columns: str, order: str | None = None, keys: Collection[str] | None = None) -> dict[int, list[tuple]]:
             table = model.__table__
             query = sa.select(table.c.trial_id, *(table.c[c] for c in columns)).where(table.c.trial_id.in_(selected))
+            if keys is not None:
+                query = query.where(table.c.key.in_(sorted(keys)))
             if order is not None:
                 query = query.order_by(table.c[order])
             found: dict[int, list[tuple]] = defaultdict(list)
@@ -96,9 +109,14 @@ def read_trials(
 
         params = children(models.TrialParamModel, "param_name", "param_value", "distribution_json", order="param_id")
         values = children(models.TrialValueModel, "objective", "value", "value_type")
-        user_attrs = children(models.TrialUserAttributeModel, "key", "value_json")
-        system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json")
-        intermediate = children(models.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
+        user_attrs = children(models.TrialUserAttributeModel, "key", "value_json", keys=user_attr_keys)
+        system_attrs: dict[int, list[tuple]] = {}
+        intermediate: dict[int, list[tuple]] = {}
+        if user_attr_keys is None:
+            system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json")
+            intermediate = children(models.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
+        elif system_attr_keys:
+            system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json", keys=system_attr_keys)
 
     parsed: dict[str, Any] = {}
 

@@ -206,12 +206,20 @@ def _add_study_commands(sub, common: argparse.ArgumentParser) -> None:
         _add_storage(p)
         if name == "show":
             p.add_argument("trial", nargs="?", type=_trial_number, help="a trial number: show only that trial")
-            p.add_argument("--format", choices=("table", "json", "yaml"), default="table")
+            p.add_argument("--format", choices=("table", "json", "yaml"), default="table", help="json and yaml hold every trial in full")
             p.add_argument(
                 "--log",
                 action="store_true",
                 help="print the trial's own output instead (stdout and stderr, its last 32 KiB); needs a trial number",
             )
+            rows = p.add_mutually_exclusive_group()
+            rows.add_argument(
+                "--limit",
+                type=_positive_int,
+                metavar="N",
+                help="rows of the table: the recommended trial, the baseline, then the best by the objective (default 25)",
+            )
+            rows.add_argument("--all", action="store_true", help="a table row for every trial")
         else:
             p.add_argument("--out", help="path of the YAML (default: studies/<study>.best.yaml)")
 
@@ -312,51 +320,21 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from autotune.contention import busy_run_line, host_load_line
-    from autotune.report import render_rows, trial_rows
-    from autotune.study import load_study, recommendation
+    from autotune.show import SHOW_LIMIT, show_study
+    from autotune.study import load_study
 
     if args.log and args.trial is None:
         raise UsageError(f"--log prints one trial's output: give its number, e.g. `autotune show {args.study} 0 --log`")
+    paged = "--all" if args.all else f"--limit {args.limit}" if args.limit is not None else None
+    if paged and (args.trial is not None or args.format != "table"):
+        what = f"trial {args.trial} alone" if args.trial is not None else f"every trial (--format {args.format})"
+        raise UsageError(f"{paged} sets the rows of the table, but this shows {what}; leave {paged.split()[0]} out")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}; --all shows every trial")
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
-    trials = None
-    if args.trial is not None:
-        from autotune.study.records import trial_log
-
-        every = study.get_trials(deepcopy=False)
-        if args.trial >= len(every):
-            raise UsageError(
-                f"study {study.study_name!r} has no trial {args.trial} "
-                + (f"(its trials are 0..{len(every) - 1})" if every else "(it has no trial yet)")
-            )
-        if args.log:
-            log = trial_log(every[args.trial], study.study_name)
-            if log:
-                sys.stdout.write(log if log.endswith("\n") else log + "\n")
-            else:
-                print(f"(trial {args.trial} printed nothing)", file=sys.stderr)
-            return 0
-        trials = [every[args.trial]]
-    recommended, _ = recommendation(study, settings)
-    rows = trial_rows(study, recommended.number if recommended else None, full=args.format != "table", trials=trials)
-    text = render_rows(rows, args.format, title=f"study {study.study_name}")
-    if text is not None:
-        print(text)
-    elif trials is not None and (line := host_load_line(trials[0])):
-        print(line)
-    elif trials is None:
-        from autotune.study import confirmation, oom_frontier
-        from autotune.study.bounds import epoch_lines
-        from autotune.summary import confirmation_lines, frontier_lines
-
-        for line in (
-            *frontier_lines(oom_frontier(study)),
-            *epoch_lines(study),
-            *confirmation_lines(confirmation(study, settings), settings.objective),
-            *([busy] if (busy := busy_run_line(study.get_trials(deepcopy=False))) else []),
-        ):
-            print(line)
+    limit = None if args.all else args.limit or SHOW_LIMIT
+    show_study(study, settings, args.trial, args.format, limit, args.log)
     return 0
 
 
@@ -367,21 +345,27 @@ def _cmd_export(args) -> int:
         load_study,
         recommendation,
     )
+    from autotune.study.digest import digest_trials, full_trials
 
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
-    recommended, baseline = recommendation(study, settings)
+    # the queries over every trial read digests; the two trials exported are read in full
+    every = digest_trials(study)
+    recommended, baseline = recommendation(study, settings, every)
     if recommended is None:
         raise AutotuneError(f"study {study.study_name!r} has no feasible complete trial to export yet")
     out = Path(args.out) if args.out else default_export_path(url, study.study_name)
-    export_study(study, settings, recommended, baseline, out, url)
+    recommended, baseline = full_trials(study, [recommended, baseline])
+    export_study(study, settings, recommended, baseline, out, url, trials=every)
     print(f"trial {recommended.number} written to {out}")
     return 0
 
 
 def _cmd_report(args) -> int:
-    from autotune.html_report import write_pngs, write_report
+    from autotune.html_report import report_trials, write_report
+    from autotune.report_png import write_pngs
     from autotune.study import default_export_path, load_study, mask_url, recommendation
+    from autotune.study.digest import full_trials
     from autotune.study.options import file_stem
 
     if args.out is not None and not args.out.strip():
@@ -391,9 +375,11 @@ def _cmd_report(args) -> int:
 
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
-    recommended, baseline = recommendation(study, settings)
+    # every trial as digests (the figures' few attributes); the recommended trial and the baseline in full
+    every = report_trials(study)
+    recommended, baseline = full_trials(study, list(recommendation(study, settings, every)))
     out = Path(args.out) if args.out else default_export_path(url, study.study_name).with_name(f"{file_stem(study.study_name)}.report.html")
-    figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}")
+    figures = write_report(study, settings, out, recommended, baseline, storage_label=f"storage: {mask_url(url)}", trials=every)
     drawn = [n for n, f in figures.items() if not isinstance(f, str)]
     print(f"report of study {study.study_name!r} ({len(drawn)} of {len(figures)} figures) written to {out}")
     if args.png:

@@ -109,4 +109,4 @@ def _importances(trials: list, directions: list, objective_id: int) -> dict[str,
     from autotune.importance import param_importances
 
     maximize = directions[objective_id] == optuna.study.StudyDirection.MAXIMIZE
-    return param_importances(trials, lambda t: t.values[objective_id], maximize, directions)
+    return param_importances(trials, lambda t: t.values[objective_id], maximize)

@@ -20,9 +20,17 @@ it has):
 ``failures``           failed trials counted by failure kind, with their reasons on hover
 =====================  ========================================================================
 
+Above :data:`autotune.figure_sample.MAX_DRAWN` trials, the figures with a point per trial
+(``history``, ``batch_throughput``, ``pareto``) draw the baseline, the recommended trial, the fastest
+feasible trial (and the Pareto front) and a random sample of the others, with a fixed seed, and their
+subtitle says how many of how many are drawn; the importances are computed over a sample likewise
+(:data:`autotune.importance.MAX_TRIALS`). The study is read once for every figure, as digests
+(:func:`report_trials`: the few attributes the figures read of every trial), and the trials whose
+loss curves are drawn are then read in full.
+
 A figure that cannot be drawn (too few complete trials, no failure) is replaced by a sentence that
-says why. The page embeds plotly.js, so it opens with no network access. PNGs need kaleido
-(``pip install -e ".[png]"``), which drives a local Chrome or Chromium.
+says why. The page embeds plotly.js, so it opens with no network access; the same figures as PNG
+files: :func:`autotune.report_png.write_pngs`.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +46,7 @@ from autotune.errors import UsageError
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
-__all__ = ["FIGURE_TITLES", "build_figures", "write_pngs", "write_report"]
+__all__ = ["FIGURE_TITLES", "REPORT_KEYS", "build_figures", "report_trials", "write_report"]
 
 FIGURE_TITLES = {
     "history": "Optimisation history: samples/s per trial",
@@ -63,8 +70,26 @@ KINDS = {
 }
 
 
-def _complete(study) -> list:
-    return [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and _finite(t.user_attrs.get("samples_per_sec"))]
+#: The user attributes the report reads of every trial (:func:`report_trials`); of the recommended
+#: trial and the baseline, and of the trials whose loss curves it draws, it reads every attribute.
+REPORT_KEYS = frozenset({"feasible", "fail_reason"})
+
+
+def report_trials(study) -> list:
+    """Every trial of ``study`` as the report reads it: digests (:mod:`autotune.study.digest`) with
+    :data:`REPORT_KEYS` besides the digest's own, and the constraints Optuna judges feasibility by.
+
+    Raises:
+        autotune.errors.StorageUnreachableError: The database stayed unreachable past ``$AUTOTUNE_STORAGE_RETRY``.
+    """
+    from autotune.optuna_compat import CONSTRAINTS_KEY
+    from autotune.study.digest import DIGEST_KEYS, digest_trials
+
+    return digest_trials(study, DIGEST_KEYS | REPORT_KEYS, frozenset({CONSTRAINTS_KEY}))
+
+
+def _complete(trials) -> list:
+    return [t for t in trials if t.state.name == "COMPLETE" and _finite(t.user_attrs.get("samples_per_sec"))]
 
 
 def _finite(value: Any) -> bool:
@@ -85,8 +110,14 @@ def _kind(t) -> str:
     return "short" if _short(t) else "feasible" if t.user_attrs.get("feasible") else "infeasible"
 
 
-def build_figures(study, settings: StudySettings, recommended=None, baseline=None) -> dict[str, Any]:
-    """The report's figures: name -> plotly Figure, or name -> str (why it is missing)."""
+def build_figures(study, settings: StudySettings, recommended=None, baseline=None, trials: list | None = None) -> dict[str, Any]:
+    """The report's figures: name -> plotly Figure, or name -> str (why it is missing).
+
+    Args:
+        recommended, baseline: Full frozen trials.
+        trials: A snapshot of every trial (:func:`report_trials`, or full trials), else one is read.
+    """
+    every = report_trials(study) if trials is None else trials
     figures: dict[str, Any] = {}
     for name, build in (
         ("history", _history),
@@ -97,7 +128,7 @@ def build_figures(study, settings: StudySettings, recommended=None, baseline=Non
         ("failures", _failures),
     ):
         try:
-            figures[name] = build(study, settings, recommended, baseline)
+            figures[name] = build(study, settings, recommended, baseline, every)
         except _Missing as e:
             figures[name] = str(e)
         if not isinstance(figures[name], str):
@@ -109,15 +140,42 @@ class _Missing(Exception):
     """A figure that has nothing to show; the message says why."""
 
 
-def _history(study, settings, recommended, baseline):
+#: What the figures with a point per trial draw whatever the sample (:func:`_always`).
+_KEPT = "the baseline, the recommended trial, the fastest feasible trial"
+
+
+def _always(trials: list, recommended, baseline) -> set[int]:
+    """Numbers of the trials a figure draws whatever its sample: the baseline, the recommended trial
+    and the fastest feasible full-budget trial among ``trials``."""
+    feasible = [t for t in trials if t.user_attrs.get("feasible") and not _short(t)]
+    best = max(feasible, key=_sps_target, default=None)
+    return {t.number for t in (baseline, recommended, best) if t is not None}
+
+
+def _subtitle(fig, note: str | None) -> None:
+    if note:
+        fig.update_layout(title_subtitle_text=note)
+
+
+def _history(study, settings, recommended, baseline, every):
     import optuna
 
-    if not _complete(study):
+    from autotune.figure_sample import drawn_note, drawn_trials, light_study
+
+    complete = _complete(every)
+    if not complete:
         raise _Missing("No trial has completed yet.")
-    fig = optuna.visualization.plot_optimization_history(study, target=_sps_target, target_name=KINDS["feasible"])
+    drawn = drawn_trials(complete, _always(complete, recommended, baseline))
+    # Optuna's figure of light copies of the trials drawn (it deep-copies every trial it reads), which
+    # it numbers 0, 1, ...: the x axis is given back their own numbers
+    copy = light_study(drawn.trials, study.directions, ("samples_per_sec",), params=False)
+    fig = optuna.visualization.plot_optimization_history(copy, target=_sps_target, target_name=KINDS["feasible"])
+    own = [t.number for t in drawn.trials]
+    for trace in fig.data:
+        trace.update(x=[own[int(i)] for i in trace.x])
     # Optuna draws a short run as infeasible (it is told a failing constraint): it gets its own mark, and
     # the infeasible trials the cross they have in every figure
-    short = sorted((t for t in _complete(study) if _short(t)), key=lambda t: t.number)
+    short = [t for t in drawn.trials if _short(t)]
     numbers = {t.number for t in short}
     for trace in fig.data:
         keep = [i for i, x in enumerate(trace.x) if x not in numbers]
@@ -127,6 +185,7 @@ def _history(study, settings, recommended, baseline):
     if short:
         fig.add_trace(_kind_trace(short, "short", [t.number for t in short], {"color": "#7f7f7f"}))
     fig.update_yaxes(title="samples/s (global)")
+    _subtitle(fig, drawn_note(drawn, _KEPT))
     return fig
 
 
@@ -146,13 +205,17 @@ def _kind_trace(trials: list, kind: str, x: list, marker: dict, **kwargs):
     )
 
 
-def _batch_throughput(study, settings, recommended, baseline):
+def _batch_throughput(study, settings, recommended, baseline, every):
     import plotly.colors
     import plotly.graph_objects as go
 
-    trials = _complete(study)
-    if not trials:
+    from autotune.figure_sample import drawn_note, drawn_trials
+
+    complete = _complete(every)
+    if not complete:
         raise _Missing("No trial has completed yet.")
+    drawn = drawn_trials(complete, _always(complete, recommended, baseline))
+    trials = drawn.trials
     fig = go.Figure()
     palette = plotly.colors.qualitative.Plotly
     for i, precision in enumerate(sorted({t.user_attrs["config"]["precision"] for t in trials})):
@@ -176,6 +239,7 @@ def _batch_throughput(study, settings, recommended, baseline):
     sizes = sorted({t.user_attrs["config"]["batch_size"] for t in trials})
     fig.update_xaxes(title="per-device batch size", type="log", tickvals=sizes, ticktext=[str(b) for b in sizes])
     fig.update_yaxes(title="samples/s (global)")
+    _subtitle(fig, drawn_note(drawn, _KEPT))
     return fig
 
 
@@ -196,23 +260,26 @@ def _label(t) -> str:
     return "<br>".join(p for p in parts if p)
 
 
-def _pareto(study, settings, recommended, baseline):
+def _pareto(study, settings, recommended, baseline, every):
     import optuna
     import plotly.graph_objects as go
 
+    from autotune.figure_sample import drawn_note, drawn_trials
     from autotune.objective import pareto_front
     from autotune.study import records_of
 
     # a short screening run's loss (after fewer samples) is not comparable with the tolerance: left out
-    trials = [t for t in _complete(study) if _finite(t.user_attrs.get("loss")) and not _short(t)]
-    if not trials:
+    candidates = [t for t in _complete(every) if _finite(t.user_attrs.get("loss")) and not _short(t)]
+    if not candidates:
         raise _Missing("No full-budget trial has completed with a finite loss yet.")
     monitor = settings.monitor
-    if len(study.directions) == 2:
+    numbers = {t.number for t in candidates}
+    front = {r.number for r in pareto_front([r for r in records_of(study, candidates) if r.number in numbers], settings.mode)}
+    drawn = drawn_trials(candidates, _always(candidates, recommended, baseline), prefer=front)
+    trials = drawn.trials
+    if len(study.directions) == 2 and len(trials) == len(candidates):
         fig = optuna.visualization.plot_pareto_front(study, target_names=["samples/s", monitor])
-    else:
-        drawn = {t.number for t in trials}
-        front = {r.number for r in pareto_front([r for r in records_of(study) if r.number in drawn], settings.mode)}
+    else:  # (a Pareto study of more trials than drawn gets this figure too: Optuna's draws every trial)
         fig = go.Figure()
         for name, group, symbol in (
             ("Pareto front", [t for t in trials if t.number in front], "diamond"),
@@ -232,12 +299,13 @@ def _pareto(study, settings, recommended, baseline):
             )
         fig.update_xaxes(title="samples/s (global)")
         fig.update_yaxes(title=f"final {monitor}")
+    _subtitle(fig, drawn_note(drawn, _KEPT + ", the Pareto front", "the Pareto front"))
     base = study.user_attrs.get("baseline")
     if base and _finite(base.get("loss")):
         tol = settings.loss_tolerance
         bound = base["loss"] * (1 + tol) if settings.mode == "min" else base["loss"] * (1 - tol)
         fig.add_hline(y=bound, line_dash="dash", annotation_text=f"loss tolerance ({tol:.0%} vs baseline)")
-    names = _named(study, settings, recommended, baseline)
+    names = _named(study, settings, recommended, baseline, every)
     for trial, name, symbol in ((baseline, "baseline", "square"), (recommended, "recommended", "star")):
         if trial is not None and _finite(trial.user_attrs.get("loss")):
             fig.add_trace(
@@ -254,13 +322,13 @@ def _pareto(study, settings, recommended, baseline):
     return fig
 
 
-def _named(study, settings, recommended, baseline) -> dict[str, str]:
+def _named(study, settings, recommended, baseline, every) -> dict[str, str]:
     """How the legend names the recommendation and the baseline, as the terminal summary does: a
     search trial by its number; a config confirmed by its runs (the point drawn is the run closest to
     their median). The baseline is the study's baseline trial, the recommendation the run it names."""
     from autotune.study import confirmation
 
-    confirmed = confirmation(study, settings)
+    confirmed = confirmation(study, settings, every)
     groups = {n: g for g in (confirmed[0] if confirmed else []) for n in g.runs}
     names = {}
     for role, trial in (("baseline", baseline), ("recommended", recommended)):
@@ -281,51 +349,48 @@ def _named(study, settings, recommended, baseline) -> dict[str, str]:
 ROUGH_IMPORTANCES = 10
 
 
-def _importances(study, settings, recommended, baseline):
-    import warnings
-
-    import optuna
-
-    from autotune.importance import importance_inputs
+def _importances(study, settings, recommended, baseline, every):
+    from autotune.importance import importance_figure, importance_inputs
 
     # the same inputs as autotune dashboard's importance panel (autotune.importance): the full-budget trials
-    inputs = importance_inputs(study.get_trials(deepcopy=False), _sps_target, True, study.directions)
+    inputs = importance_inputs(every, _sps_target, True)
     n = len(inputs.trials)
     if n < 3 or not inputs.params:
         raise _Missing(
             f"Parameter importances need at least 3 full-budget trials that differ in some parameter ({n} so far; "
             "short screening runs, confirmation runs and duplicates do not count)."
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            fig = optuna.visualization.plot_param_importances(
-                inputs.study,
-                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
-                params=inputs.params,
-                target=inputs.target,
-                target_name="samples/s",
-            )
-        except (ValueError, RuntimeError, ZeroDivisionError) as e:
-            raise _Missing(f"Parameter importances could not be computed: {e}") from None
-    covered = f"over {n} full-budget trials (short screening runs, confirmation runs and duplicates left out)"
+    try:
+        fig = importance_figure(inputs, "samples/s")
+    except (ValueError, RuntimeError, ZeroDivisionError) as e:
+        raise _Missing(f"Parameter importances could not be computed: {e}") from None
+    covered = f"over {n:,} full-budget trials (short screening runs, confirmation runs and duplicates left out)"
+    if inputs.total > n:
+        covered = (
+            f"over {n:,} of {inputs.total:,} full-budget trials, a random sample (seed {inputs.seed}; "
+            "short screening runs, confirmation runs and duplicates left out)"
+        )
     if n < ROUGH_IMPORTANCES:
         covered += f"; under {ROUGH_IMPORTANCES} the ranking is rough"
     fig.update_layout(title_subtitle_text=covered)
     return fig
 
 
-def _loss_curves(study, settings, recommended, baseline):
+def _loss_curves(study, settings, recommended, baseline, every):
     import plotly.graph_objects as go
 
-    feasible = sorted(
-        (t for t in _complete(study) if t.user_attrs.get("feasible") and t.user_attrs.get("loss_curve")),
-        key=lambda t: -t.user_attrs["samples_per_sec"],
-    )
-    chosen = feasible[:CURVES]
-    if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline not in chosen:
+    from autotune.study.digest import full_trials
+
+    feasible = sorted((t for t in _complete(every) if t.user_attrs.get("feasible")), key=lambda t: -t.user_attrs["samples_per_sec"])
+    chosen: list = []
+    start, step = 0, 2 * CURVES  # the fastest read in full, more while some have no curve
+    while len(chosen) < CURVES and start < len(feasible):
+        chosen += [t for t in full_trials(study, feasible[start : start + step]) if t.user_attrs.get("loss_curve")]
+        start, step = start + step, 2 * step
+    chosen = chosen[:CURVES]
+    if baseline is not None and baseline.user_attrs.get("loss_curve") and baseline.number not in {t.number for t in chosen}:
         chosen.append(baseline)
-    names = _named(study, settings, recommended, baseline)
+    names = _named(study, settings, recommended, baseline, every)
     if not chosen:
         raise _Missing("No feasible trial has a recorded loss curve yet.")
     fig = go.Figure()
@@ -349,17 +414,18 @@ def _loss_curves(study, settings, recommended, baseline):
     return fig
 
 
-def _failures(study, settings, recommended, baseline):
+def _failures(study, settings, recommended, baseline, every):
     import plotly.graph_objects as go
 
-    failed = [t for t in study.get_trials(deepcopy=False) if t.state.name == "FAIL"]
+    failed = [t for t in every if t.state.name == "FAIL"]
     if not failed:
         raise _Missing("No trial failed.")
     kinds: dict[str, list] = {}
+    study_attrs = study.user_attrs  # (read once: each read is a query)
     for t in failed:
-        kinds.setdefault(
-            t.user_attrs.get("fail_kind") or ("stale" if f"stale_trial_{t.number}" in study.user_attrs else "unknown"), []
-        ).append(t)
+        kinds.setdefault(t.user_attrs.get("fail_kind") or ("stale" if f"stale_trial_{t.number}" in study_attrs else "unknown"), []).append(
+            t
+        )
     names = sorted(kinds, key=lambda k: -len(kinds[k]))
     reasons = [
         "<br>".join(f"trial {t.number}: {html.escape(str(t.user_attrs.get('fail_reason', ''))[:120])}" for t in kinds[k][:8]) for k in names
@@ -372,8 +438,14 @@ def _failures(study, settings, recommended, baseline):
     return fig
 
 
-def write_report(study, settings: StudySettings, out: Path, recommended=None, baseline=None, storage_label: str = "") -> dict[str, Any]:
+def write_report(
+    study, settings: StudySettings, out: Path, recommended=None, baseline=None, storage_label: str = "", trials: list | None = None
+) -> dict[str, Any]:
     """Write the HTML report to ``out`` (plotly.js inline); returns the figures.
+
+    Args:
+        recommended, baseline: Full frozen trials (:func:`autotune.study.recommendation`).
+        trials: Every trial of the study (:func:`report_trials`), else they are read.
 
     Raises:
         UsageError: ``out`` is a folder or its folder does not exist.
@@ -386,15 +458,15 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
         raise UsageError(f"report path {str(out)!r} is a folder; give a file path such as {str(out / 'report.html')!r}")
     if not out.parent.is_dir():
         raise UsageError(f"report path {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
-    figures = build_figures(study, settings, recommended, baseline)
-    trials = study.get_trials(deepcopy=False)
+    trials = report_trials(study) if trials is None else trials
+    figures = build_figures(study, settings, recommended, baseline, trials)
     counts = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "PRUNED", "RUNNING", "WAITING")}
-    summary = [f"{len(trials)} trials: " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items() if n)]
+    summary = [f"{len(trials):,} trials: " + ", ".join(f"{n:,} {s.lower()}" for s, n in counts.items() if n)]
     from autotune.study import confirmation, confirmed_speed
 
     if recommended is not None and baseline is not None:
-        names = _named(study, settings, recommended, baseline)
-        speed = confirmed_speed(study, settings)
+        names = _named(study, settings, recommended, baseline, trials)
+        speed = confirmed_speed(study, settings, trials)
         if speed is not None:  # as the terminal summary says it: medians of the confirmation runs
             sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
             said = (
@@ -415,7 +487,7 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
     if recommended is not None and baseline is not None:
         extra = [flops_line(recommended), quality_line(recommended, baseline), input_bound_line(recommended, settings, trials)]
         summary.extend(
-            html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings), settings.objective)) if line
+            html.escape(line) for line in (*extra, *confirmation_lines(confirmation(study, settings, trials), settings.objective)) if line
         )
     summary.append(
         f"Objective {settings.objective}, loss tolerance {settings.loss_tolerance:.0%} on {settings.monitor}, "
@@ -445,31 +517,3 @@ def write_report(study, settings: StudySettings, out: Path, recommended=None, ba
     except OSError as e:
         raise UsageError(f"cannot write the report to {str(out)!r}: {e.strerror or e}; give another --out") from None
     return figures
-
-
-def write_pngs(figures: Mapping[str, Any], folder: Path) -> list[Path]:
-    """Write each drawn figure as ``<folder>/<name>.png`` (kaleido, which drives Chrome/Chromium).
-
-    Raises:
-        UsageError: kaleido is not installed, no Chrome/Chromium is found, or ``folder`` is not a folder.
-    """
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--png {str(folder)!r} is a file; give a folder")
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        raise UsageError('--png needs kaleido: pip install -e ".[png]" (it also needs Chrome or Chromium installed)') from None
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, figure in figures.items():
-        if isinstance(figure, str):
-            continue
-        path = folder / f"{name}.png"
-        try:
-            figure.write_image(str(path), width=1000, height=600)
-        except Exception as e:  # kaleido raises its own types when no browser is found
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UsageError(f"--png: kaleido could not render ({first}); install Chrome or Chromium, or set BROWSER_PATH to one") from None
-        written.append(path)
-    return written

@@ -194,16 +194,33 @@ def objective_values(
     return [samples_per_sec, loss]
 
 
-def _dominates(a: TrialRecord, b: TrialRecord, mode: str) -> bool:
-    better_loss = a.loss <= b.loss if mode == "min" else a.loss >= b.loss
-    strictly = a.samples_per_sec > b.samples_per_sec or (a.loss < b.loss if mode == "min" else a.loss > b.loss)
-    return a.samples_per_sec >= b.samples_per_sec and better_loss and strictly
-
-
 def pareto_front(records: Sequence[TrialRecord], mode: str = "min") -> list[TrialRecord]:
-    """Complete trials that no other complete trial beats on both samples/s and loss."""
+    """Complete trials that no other complete trial beats on both samples/s and loss, in the order of ``records``.
+
+    A trial is beaten (dominated) by one at least as fast with a loss at least as good, and better in
+    one of the two; equal trials do not beat each other. One sweep from the fastest down, keeping the
+    best loss of the faster trials: O(n log n), for studies of 10,000 trials.
+
+    Args:
+        records: The trials.
+        mode: ``"min"`` when a lower loss is better, ``"max"`` when higher.
+    """
     done = [r for r in records if r.complete and math.isfinite(r.samples_per_sec) and math.isfinite(r.loss)]
-    return [r for r in done if not any(_dominates(o, r, mode) for o in done if o is not r)]
+    sign = 1.0 if mode == "min" else -1.0  # losses as "lower is better"
+    front: set[int] = set()
+    best_faster = math.inf  # best loss among trials strictly faster than the group being swept
+    by_speed = sorted(range(len(done)), key=lambda i: -done[i].samples_per_sec)
+    start = 0
+    while start < len(by_speed):
+        end = start
+        while end < len(by_speed) and done[by_speed[end]].samples_per_sec == done[by_speed[start]].samples_per_sec:
+            end += 1
+        group = by_speed[start:end]  # trials of equal samples/s: the lowest loss among them beats the others
+        best_here = min(sign * done[i].loss for i in group)
+        front.update(i for i in group if sign * done[i].loss == best_here and best_here < best_faster)
+        best_faster = min(best_faster, best_here)
+        start = end
+    return [r for i, r in enumerate(done) if i in front]
 
 
 def recommend(

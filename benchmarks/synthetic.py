@@ -21,7 +21,7 @@ __all__ = ["grow"]
 
 
 def grow(url: str, study_name: str, trials: int) -> int:
-    """Add finished copies of the study's completed trials until it holds at least ``trials`` trials.
+    """Add finished copies of the study's completed trials (not of its baseline) until it holds at least ``trials`` trials.
 
     Args:
         url: An SQLAlchemy URL of the study's RDB storage (SQLite or PostgreSQL).
@@ -32,7 +32,7 @@ def grow(url: str, study_name: str, trials: int) -> int:
         The number of trials the study holds afterwards (``trials``, or more if it held more).
 
     Raises:
-        ValueError: The study has no complete trial to copy.
+        ValueError: The study has no complete trial to copy besides its baseline.
     """
     import optuna
     import sqlalchemy as sa
@@ -42,6 +42,7 @@ def grow(url: str, study_name: str, trials: int) -> int:
     study_id = storage.get_study_id_from_name(study_name)
     engine = storage.engine
     T = models.TrialModel.__table__
+    A = models.TrialUserAttributeModel.__table__
     children = [
         models.TrialParamModel.__table__,
         models.TrialValueModel.__table__,
@@ -55,7 +56,12 @@ def grow(url: str, study_name: str, trials: int) -> int:
             r[0]
             for r in conn.execute(
                 sa.select(T.c.trial_id)
-                .where(T.c.study_id == study_id, T.c.state == optuna.trial.TrialState.COMPLETE)
+                .where(
+                    T.c.study_id == study_id,
+                    T.c.state == optuna.trial.TrialState.COMPLETE,
+                    # the baseline stays one: its copies would each be marked as the baseline
+                    ~T.c.trial_id.in_(sa.select(A.c.trial_id).where(A.c.key == "baseline", A.c.value_json == "true")),
+                )
                 .order_by(T.c.trial_id)
             )
         ]

@@ -109,3 +109,28 @@ def test_autotunes_storage_keeps_optunas_trial_cache_across_load_study(tmp_path)
     assert [_canon(t) for t in first] == [_canon(t) for t in again] and len(first) == 8
     # the first read fetched all 8; the second only the 3 unfinished ones (1 waiting, 2 running)
     assert reads == [8, 3]
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+def test_a_digest_read_is_optunas_read_with_only_the_user_attributes_asked_for(tmp_path, backend):
+    url = f"sqlite:///{tmp_path / 's.db'}" if backend == "sqlite" else POSTGRES
+    rdb = optuna.storages.RDBStorage(url)
+    study = _fill(rdb)
+    sid = study._study_id
+    keys = {"config", "fail_kind", "samples_per_sec", "not_stored"}
+    digest = read_trials(rdb.engine, sid, None, set(), -1, user_attr_keys=keys)
+    theirs = rdb._get_trials(sid, None, set(), -1)
+    assert len(digest) == len(theirs) == 8
+    for ours, full in zip(digest, theirs):
+        assert ours.user_attrs == {k: v for k, v in full.user_attrs.items() if k in keys}
+        assert ours.system_attrs == {} and ours.intermediate_values == {}
+        # everything else is Optuna's own
+        for field in ("number", "state", "values", "datetime_start", "datetime_complete", "params", "distributions", "_trial_id"):
+            assert getattr(ours, field) == getattr(full, field), field
+    assert {k for t in digest for k in t.user_attrs} == {"config", "fail_kind", "samples_per_sec"}
+    # the system attributes asked for, alone
+    with_constraints = read_trials(rdb.engine, sid, None, set(), -1, user_attr_keys=keys, system_attr_keys={"constraints"})
+    assert [t.system_attrs for t in with_constraints] == [{k: v for k, v in t.system_attrs.items() if k == "constraints"} for t in theirs]
+    assert sum(bool(t.system_attrs) for t in with_constraints) == 3
+    if backend == "postgresql":
+        optuna.delete_study(study_name=study.study_name, storage=rdb)

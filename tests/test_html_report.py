@@ -5,7 +5,7 @@ import optuna
 import pytest
 from conftest import dashboard_api, served_dashboard
 from study.helpers import add, confirm, make_study  # tests/study/helpers.py
-from test_report import CHROMIUM_FLAGS, _chromium
+from test_report import CHROMIUM_FLAGS, _chromium, plotly_figures, plotly_layouts
 
 from autotune.html_report import KINDS, MARKS, build_figures
 from autotune.study import recommendation
@@ -153,7 +153,7 @@ def test_importances_cover_the_full_budget_trials_and_say_so():  # item 18
     # what the inputs were: exactly those trials
     from autotune.importance import importance_inputs
 
-    inputs = importance_inputs(study.trials, lambda t: t.user_attrs["samples_per_sec"], True, study.directions)
+    inputs = importance_inputs(study.trials, lambda t: t.user_attrs["samples_per_sec"], True)
     assert [t.number for t in inputs.trials] == [t.number for t in full]
     # over every complete trial the short runs, all at the baseline's lr, make lr look important (what
     # optuna-dashboard's own panel shows; PED-ANOVA ranks by how params reach *low* targets, hence -samples/s)
@@ -232,6 +232,134 @@ def test_a_short_run_is_never_best_in_optuna_s_views_and_still_ranks_stage_1(tmp
     # the staged search still ranks stage 1 by the short runs' samples/s, and never recommends one
     assert top_system_configs(study.trials, 1) == [system_part(fast.params)]
     assert "trial_samples" not in recommended.user_attrs and recommended.user_attrs["feasible"]
+
+
+def _large_study(objective="throughput", storage=None):
+    """58 trials: a slow baseline of the lowest loss, 48 search trials whose loss falls as their speed rises, 6
+    faster ones above the loss tolerance, each faster and worse (the Pareto front: those, the fastest
+    feasible trial and the baseline), 3 failures. Every third search trial has a loss curve."""
+    study = make_study(storage, space=SPACE, objective=objective)
+    add(study, 100.0, 1.0, baseline=True)
+    for k in range(54):
+        workers, batch_size = k % 5, (16, 32, 64)[k % 3]
+        curve = {"loss_curve": [[0, 2.0], [512, 1.0 + k / 100]]} if k % 3 == 0 else {}
+        add(study, 120.0 + 7 * k, 1.04 - 0.0008 * k if k < 48 else 1.5 + 0.1 * (k - 48), attrs=curve, batch_size=batch_size,
+            num_workers=workers, lr=0.01 + k / 200)
+    for _ in range(3):
+        add(study, None, None, state="FAIL", attrs={"fail_kind": "oom", "fail_reason": "out of memory"}, batch_size=512)
+    return study
+
+
+def _drawn_numbers(fig) -> set[int]:
+    return {n for numbers in by_kind(fig).values() for n in numbers}
+
+
+def test_a_study_above_the_cap_draws_the_cap_with_the_trials_that_matter_and_says_so(monkeypatch):
+    import autotune.figure_sample
+    import autotune.importance
+
+    study = _large_study()
+    settings = settings_of(study)
+    recommended, baseline = recommendation(study, settings)
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    fastest_feasible = max((t for t in complete if t.user_attrs["feasible"]), key=lambda t: t.user_attrs["samples_per_sec"])
+    assert len(complete) == 55 and baseline.number == 0 and recommended.number == fastest_feasible.number == 48
+    # under the caps (2,000 points) a figure draws every trial and says nothing of a sample
+    figs = build_figures(study, settings, recommended, baseline)
+    assert _drawn_numbers(figs["batch_throughput"]) == {t.number for t in complete}
+    assert not figs["batch_throughput"].layout.title.subtitle.text and not figs["history"].layout.title.subtitle.text
+    monkeypatch.setattr(autotune.figure_sample, "MAX_DRAWN", 20)
+    monkeypatch.setattr(autotune.importance, "MAX_TRIALS", 20)
+    figs = build_figures(study, settings, recommended, baseline)
+    kept = {0, 48}
+    note = "20 of 55 trials drawn: the baseline, the recommended trial, the fastest feasible trial, and a random sample of the others (seed 0)"
+    batch = _drawn_numbers(figs["batch_throughput"])
+    assert len(batch) == 20 and kept <= batch and figs["batch_throughput"].layout.title.subtitle.text == note
+    history = figs["history"]
+    drawn = sorted(int(x) for trace in history.data for x in trace.x)
+    assert len(drawn) == 20 and kept <= set(drawn) and history.layout.title.subtitle.text == note
+    # the history's points are those trials' own numbers and speeds, not the in-memory copy's 0..19
+    speeds = {t.number: t.user_attrs["samples_per_sec"] for t in complete}
+    assert all(speeds[int(x)] == y for trace in history.data for x, y in zip(trace.x, trace.y))
+    # against loss: the full-budget trials with the Pareto front kept whole
+    from autotune.objective import pareto_front
+    from autotune.study import records_of
+
+    front = {r.number for r in pareto_front(records_of(study), settings.mode)}
+    pareto = figs["pareto"]
+    drawn_pareto = {n for trace in pareto.data if trace.name in ("Pareto front", "other trials") for n in by_kind(pareto)[trace.name]}
+    assert front == {0, 48, *range(49, 55)} and front | kept <= drawn_pareto and len(drawn_pareto) == 20
+    assert {n for n in by_kind(pareto)["Pareto front"]} == front
+    assert pareto.layout.title.subtitle.text == note.replace("feasible trial,", "feasible trial, the Pareto front,")
+    assert figs["importances"].layout.title.subtitle.text == (
+        "over 20 of 55 full-budget trials, a random sample (seed 0; short screening runs, confirmation runs and duplicates left out)")
+    # the same study gives the same figures
+    again = build_figures(study, settings, recommended, baseline)
+    assert _drawn_numbers(again["batch_throughput"]) == batch and again["importances"].data[0].x == figs["importances"].data[0].x
+
+
+def test_a_pareto_study_above_the_cap_gets_the_scatter_of_a_sample(monkeypatch):
+    import autotune.figure_sample
+
+    study = _large_study("pareto")
+    settings = settings_of(study)
+    recommended, baseline = recommendation(study, settings)
+    assert len(study.directions) == 2
+    assert "Pareto front" not in [t.name for t in build_figures(study, settings, recommended, baseline)["pareto"].data]  # Optuna's figure
+    monkeypatch.setattr(autotune.figure_sample, "MAX_DRAWN", 20)
+    fig = build_figures(study, settings, recommended, baseline)["pareto"]
+    assert {"Pareto front", "other trials"} <= {t.name for t in fig.data} and fig.layout.title.subtitle.text.startswith("20 of 55 trials drawn")
+
+
+def test_autotune_report_of_a_stored_study_above_the_cap_reads_digests_and_draws_a_sample(tmp_path, monkeypatch, capfd):
+    import autotune.bulk_read
+    import autotune.figure_sample
+    import autotune.importance
+    from autotune import cli
+
+    db = tmp_path / "large.db"
+    _large_study(storage=f"sqlite:///{db}")
+    monkeypatch.setattr(autotune.figure_sample, "MAX_DRAWN", 20)
+    monkeypatch.setattr(autotune.importance, "MAX_TRIALS", 20)
+    full_reads, original = [], autotune.bulk_read.read_trials
+
+    def counting(*args, user_attr_keys=None, **kwargs):
+        found = original(*args, user_attr_keys=user_attr_keys, **kwargs)
+        if user_attr_keys is None:
+            full_reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(autotune.bulk_read, "read_trials", counting)
+    assert cli.main(["report", str(db), "--out", str(tmp_path / "r.html")]) == 0
+    assert "(6 of 6 figures) written to" in capfd.readouterr().out
+    page = (tmp_path / "r.html").read_text()
+    traces, layouts = plotly_figures(page), plotly_layouts(page)
+    note = "20 of 55 trials drawn: the baseline, the recommended trial, the fastest feasible trial,"
+    for name in ("history", "batch_throughput", "pareto"):
+        assert layouts[name]["title"]["subtitle"]["text"].startswith(note), name
+    assert sum(len(t["x"]) for t in traces["batch_throughput"]) == 20
+    assert layouts["importances"]["title"]["subtitle"]["text"].startswith("over 20 of 55 full-budget trials, a random sample")
+    # the loss curves of the five fastest feasible trials that have one (trials 46, 43, 40, 37, 34) and the baseline's none
+    assert [t["name"] for t in traces["loss_curves"]] == ["trial 46", "trial 43", "trial 40", "trial 37", "trial 34"]
+    # read in full: the recommended trial and the baseline, then the ten fastest feasible trials (for their curves;
+    # three have one), then the next twenty
+    assert full_reads == [2, 10, 20]
+    assert "55 trials: 55 complete" not in page and "58 trials: 55 complete, 3 fail" in page
+
+
+def test_drawn_trials_samples_the_preferred_trials_too_when_they_alone_are_more_than_the_cap():
+    from types import SimpleNamespace
+
+    from autotune.figure_sample import drawn_note, drawn_trials
+
+    trials = [SimpleNamespace(number=n) for n in range(100)]
+    drawn = drawn_trials(trials, always={3, 97}, prefer=set(range(40, 80)), cap=10)
+    numbers = [t.number for t in drawn.trials]
+    assert len(numbers) == 10 and {3, 97} <= set(numbers) and set(numbers) - {3, 97} <= set(range(40, 80))
+    assert drawn_note(drawn, "the baseline", "the Pareto front") == (
+        "10 of 100 trials drawn: the baseline, and a random sample of the others (seed 0); 32 of the Pareto front left out, too many to draw")
+    assert [t.number for t in drawn_trials(trials, always={3}, cap=100).trials] == list(range(100))
+    assert drawn_note(drawn_trials(trials, cap=100), "the baseline") is None
 
 
 def _loaded(name, url):

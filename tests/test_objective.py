@@ -93,6 +93,25 @@ def test_pareto_front_and_pareto_recommendation():
         directions("speed")
 
 
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_the_pareto_front_is_the_set_no_trial_dominates_ties_and_duplicates_included(mode):
+    import random
+
+    rng = random.Random(7)
+    # few distinct values, so that equal speeds, equal losses and exact duplicates are common
+    records = [R(i, float(rng.choice([100, 120, 150, 200, 250])), rng.choice([0.5, 0.8, 1.0, 1.2, math.nan])) for i in range(300)]
+    records.append(TrialRecord(300, False, 999.0, 0.1, False))  # not complete: never on the front
+    better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+
+    def dominated(r, by):
+        at_least = by.samples_per_sec >= r.samples_per_sec and (by.loss == r.loss or better(by.loss, r.loss))
+        return at_least and (by.samples_per_sec > r.samples_per_sec or better(by.loss, r.loss))
+
+    done = [r for r in records if r.complete and math.isfinite(r.loss)]
+    expected = [r.number for r in done if not any(dominated(r, o) for o in done)]
+    assert [r.number for r in pareto_front(records, mode)] == expected and 0 < len(expected) < len(done)
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.0, "abc"])
 def test_tolerance_out_of_range(value):
     with pytest.raises(UsageError, match="--loss-tolerance"):

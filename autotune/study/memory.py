@@ -15,18 +15,18 @@ from autotune.study.settings import settings_of
 _SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _memory_events(study) -> list:
+def _memory_events(study, trials: list | None = None) -> list:
     """The memory events (:func:`autotune.frontier.event_of`) of the study's finished trials, one per
     distinct outcome (batch, precision, devices, strategy, setting, OOM or not): its earliest trial.
 
     Each finished trial is turned into its event once (Optuna never changes a finished trial); a
     call then costs one pass of id lookups over the study. The earliest trial of each outcome is
     what :func:`autotune.frontier.predicted_oom` names, and :func:`autotune.frontier.frontier_summary`
-    needs only the distinct outcomes.
+    needs only the distinct outcomes. ``trials``: a snapshot of ``study.get_trials()`` (or its digests) to read.
     """
     studies = _SEEN.setdefault(study._storage, {})
     seen, first = studies.setdefault(study._study_id, (set(), {}))
-    for t in study.get_trials(deepcopy=False):
+    for t in study.get_trials(deepcopy=False) if trials is None else trials:
         if t._trial_id in seen or not t.state.is_finished():
             continue
         seen.add(t._trial_id)
@@ -60,7 +60,8 @@ def _predicted_oom(study, config: TrialConfig) -> str | None:
     return reason
 
 
-def oom_frontier(study) -> list[dict[str, Any]]:
-    """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some trial ran out of memory."""
+def oom_frontier(study, trials: list | None = None) -> list[dict[str, Any]]:
+    """The study's OOM frontier (:func:`autotune.frontier.frontier_summary`), for settings where some
+    trial ran out of memory; over ``trials`` (a snapshot of ``study.get_trials()``, digests will do) when given."""
 
-    return [row for row in frontier_summary(_memory_events(study)) if row["oom_from"] is not None]
+    return [row for row in frontier_summary(_memory_events(study, trials)) if row["oom_from"] is not None]

@@ -57,8 +57,15 @@ def run_hint(cli: Mapping[str, Any] | None, out: Path) -> str:
     return f"python {script}{' fit' if cli.get('subcommands', True) else ''} --config {out}"
 
 
-def export_study(study, settings: StudySettings, trial, baseline, out: Path, storage_url: str) -> Path:
-    """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``."""
+def export_study(study, settings: StudySettings, trial, baseline, out: Path, storage_url: str, trials: list | None = None) -> Path:
+    """Write the LightningCLI YAML of ``trial`` to ``out`` (its folder is created). Returns ``out``.
+
+    Args:
+        trial, baseline: The recommended trial and the baseline, full frozen trials.
+        trials: A snapshot of ``study.get_trials()`` (digests will do, :mod:`autotune.study.digest`),
+            else a fresh one is read: the header's trial count, confirmation figures and input-bound advice.
+    """
+    every = study.get_trials(deepcopy=False) if trials is None else trials
 
     config = TrialConfig.from_dict(trial.user_attrs["config"])
     user_config = settings.user_config or read_user_config(None)
@@ -74,18 +81,18 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
-    measured = speedup_line(confirmed_speed(study, settings), trial, baseline)
+    measured = speedup_line(confirmed_speed(study, settings, every), trial, baseline)
     header = [
         "autotune recommendation (LightningCLI config)",
-        f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(study.get_trials(deepcopy=False))}",
+        f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",
         measured,
         f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings.loss_tolerance:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
-        *confirmation_lines(confirmation(study, settings), settings.objective),
+        *confirmation_lines(confirmation(study, settings, every), settings.objective),
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
-        *([advice] if (advice := input_bound_line(trial, settings, study.get_trials(deepcopy=False))) else []),
-        *([busy] if (busy := busy_run_line(study.get_trials(deepcopy=False))) else []),
+        *([advice] if (advice := input_bound_line(trial, settings, every)) else []),
+        *([busy] if (busy := busy_run_line(every)) else []),
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",

@@ -213,9 +213,11 @@ def confirmation(study, settings: StudySettings, trials: list | None = None):
     samples = runs[-1].user_attrs["confirm_samples"]
     runs = [t for t in runs if t.user_attrs["confirm_samples"] == samples]
     baseline_params = every[baseline_info["trial"]].params
+    by_config: dict[int, list] = {}  # the runs of each confirmed config, in the order their configs were first confirmed
+    for t in runs:
+        by_config.setdefault(t.user_attrs["confirm_of"], []).append(t)
     groups = []
-    for number in dict.fromkeys(t.user_attrs["confirm_of"] for t in runs):
-        mine = [t for t in runs if t.user_attrs["confirm_of"] == number]
+    for number, mine in by_config.items():
         complete = [t for t in mine if t.state.name == "COMPLETE"]
         params = every[number].params
         groups.append(
@@ -243,45 +245,52 @@ def _objective_value(trial, objective: str) -> float:
     return float(attrs.get("samples_per_sec", math.nan))
 
 
-def recommendation(study, settings: StudySettings):
+def recommendation(study, settings: StudySettings, trials: list | None = None):
     """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``).
 
     When the study has confirmation runs, the recommendation is the confirmed config
     :func:`autotune.confirm.pick` chooses, represented by its run closest to its median, and the
     baseline likewise by its median confirmation run (both at the confirmation budget); otherwise
     the best single search trial and the baseline trial.
+
+    Args:
+        trials: A snapshot of ``study.get_trials()`` to read (else a fresh one); the two trials
+            returned are taken from it (digests when it holds digests, see :mod:`autotune.study.digest`).
     """
 
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
         return None, None
-    every = study.get_trials(deepcopy=False)
-    trials = {t.number: t for t in every}
-    baseline = trials.get(baseline_info["trial"])
+    every = study.get_trials(deepcopy=False) if trials is None else trials
+    by_number = {t.number: t for t in every}
+    baseline = by_number.get(baseline_info["trial"])
     confirmed = confirmation(study, settings, every)
     if confirmed is not None:
         groups, choice, _ = confirmed
         base_group = next((g for g in groups if g.baseline), None)
         if base_group is not None and base_group.median_run() is not None:
-            baseline = trials[base_group.median_run()]
-        return (trials[choice.chosen.median_run()] if choice.chosen else None), baseline
+            baseline = by_number[base_group.median_run()]
+        return (by_number[choice.chosen.median_run()] if choice.chosen else None), baseline
     best = recommend(_search_records(study, every), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
-    return (trials[best.number] if best else None), baseline
+    return (by_number[best.number] if best else None), baseline
 
 
-def confirmed_speed(study, settings: StudySettings) -> dict[str, Any] | None:
+def confirmed_speed(study, settings: StudySettings, trials: list | None = None) -> dict[str, Any] | None:
     """Median samples/s of the recommended confirmed config's runs and of the baseline's, or ``None``.
+
+    Args:
+        trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
         ``{"trial", "samples_per_sec", "runs", "baseline_trial", "baseline_samples_per_sec", "baseline_runs", "samples"}``.
     """
 
-    confirmed = confirmation(study, settings)
+    every = study.get_trials(deepcopy=False) if trials is None else trials
+    confirmed = confirmation(study, settings, every)
     if confirmed is None or confirmed[1].chosen is None:
         return None
     groups, choice, samples = confirmed
     base = next((g for g in groups if g.baseline), None)
-    every = study.get_trials(deepcopy=False)
 
     def speed(group) -> float:
         return statistics.median(every[n].user_attrs["samples_per_sec"] for n in group.runs) if group and group.runs else math.nan
