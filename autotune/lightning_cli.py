@@ -263,6 +263,11 @@ def build(
             # type it tried, which says no more)
             lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
             text = " ".join(lines[:2]) or type(e).__name__
+            # a class_path/init_args section: the union's own reason names the bad class or key
+            found = next((i for i, line in enumerate(lines) if "Problem with given class_path" in line), None)
+            if found is not None:
+                reason = lines[found + 1] if found + 1 < len(lines) and not lines[found + 1].startswith("- ") else ""
+                text = " ".join([lines[0], lines[found].lstrip("- "), reason]).strip()
             text = text if len(text) <= 300 else text[:297] + "..."
             raise UsageError(f"LightningCLI refused the config: {text}; fix --config (or the model's constructor arguments)") from None
         raise

@@ -62,10 +62,12 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
     timings, ``log_tail`` of a failed trial, ...), but its output (``log``, long). ``trials`` (frozen trials) replaces the study's.
     """
     rows = []
+    study_attrs = study.user_attrs  # a trial failed as stale has its reason there (its process was gone)
     for t in trials if trials is not None else study.get_trials(deepcopy=False):
         attrs = t.user_attrs
         config = attrs.get("config", {})
-        note = attrs.get("fail_reason") or ""
+        reason = attrs.get("fail_reason") or (study_attrs.get(f"stale_trial_{t.number}") if t.state.name == "FAIL" else None)
+        note = reason or ""
         if attrs.get("baseline"):
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
@@ -101,7 +103,7 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "to_target": _to_target(attrs),
                 "feasible": attrs.get("feasible"),
                 "fail_kind": attrs.get("fail_kind"),
-                "fail_reason": attrs.get("fail_reason"),
+                "fail_reason": reason,
                 "other": other_knobs(config),
                 "applied": attrs.get("applied"),
                 "stage": attrs.get("stage"),

@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,7 +259,9 @@ def retry_stale_trial(study, trial, why: str = "its worker stopped sending heart
     import optuna
 
     study.set_user_attr(f"stale_trial_{trial.number}", f"stale: {why}; retried once")
-    optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
+    with warnings.catch_warnings():  # Optuna's deprecation and experimental notes: noise in a user's run
+        warnings.simplefilter("ignore")
+        optuna.storages.RetryFailedTrialCallback(max_retry=1)(study, trial)
 
 
 def _heartbeat_kwargs() -> dict[str, Any]:

@@ -51,9 +51,14 @@ def _check_address(host: str, port: int) -> None:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         with socket.socket(family, kind, proto) as probe:
+            # as gRPC binds: connections of an earlier proxy left in TIME_WAIT do not hold the port
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
     except OSError as e:
-        raise StorageError(f"cannot serve on {host}:{port} ({e.strerror or e}); give another --port or --host") from None
+        raise StorageError(
+            f"cannot serve on {host}:{port} ({e.strerror or e}): another process listens there (an earlier proxy still "
+            "running?); stop it, or give another --port and the workers the new grpc:// address"
+        ) from None
 
 
 def serve_proxy(storage_url: str, host: str = "0.0.0.0", port: int = 13000, announce: Callable[[], None] | None = None) -> None:

@@ -163,3 +163,20 @@ def test_inspection_finds_the_training_length_of_the_config_and_of_the_cli_defau
                                                '{"trainer.gradient_clip_val": 0.25, "trainer.max_time": "00:00:10:00"}'))
     assert inspect(model_file=str(linked / "model.py")) == {"max_time": "00:00:10:00"}  # a default of the user's CLI
     assert training_length({"max_epochs": None, "max_steps": -1, "max_time": None, "gradient_clip_val": 1.0}) == {}  # Lightning's own
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("class_path: model.Classifier", "class_path: model.Classifierr", "module 'model' has no attribute 'Classifierr'"),
+    ("    dropout: 0.1", "    dropuot: 0.1", "dropuot"),
+], ids=["class-name-typo", "init-args-key-typo"])
+def test_a_typo_inside_class_path_init_args_names_the_class_and_the_reason(tmp_path, cli, old, new, reason):
+    """A new user's report: jsonargparse's first lines ("Does not validate against any of the Union
+    subtypes") hid which class or key was wrong; the line now carries the union's own reason."""
+    project = _project(tmp_path, "cli_project")
+    config = (project / "config.yaml").read_text()
+    assert old in config
+    (project / "bad.yaml").write_text(config.replace(old, new, 1))
+    r = cli("search", "model.py", "--config", "bad.yaml", "--trials", 1, "--samples", 256, cwd=project)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Problem with given class_path 'model.Classifier" in line and reason in line, line

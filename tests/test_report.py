@@ -241,3 +241,19 @@ def test_yaml_rows_write_a_shared_value_out_not_as_an_alias():
     text = render_rows([{"number": 0, "applied": applied, "ranks_applied": applied}], "yaml")
     assert "&id" not in text and "*id" not in text
     assert yaml.safe_load(text) == [{"number": 0, "applied": applied, "ranks_applied": applied}]
+
+
+def test_a_trial_failed_as_stale_shows_its_reason_from_the_study():
+    """A new user's report: a killed worker's trial showed "None" as its reason; the stale callback
+    records it on the study (a FAIL trial cannot be changed), and the rows read it from there."""
+    from study.helpers import add, make_study
+
+    from autotune.report import trial_rows
+
+    study = make_study()
+    add(study, baseline=True)
+    stale = add(study, state="FAIL", sps=None, loss=None)
+    study.set_user_attr(f"stale_trial_{stale.number}", "stale: its worker stopped sending heartbeats; retried once")
+    rows = {r["number"]: r for r in trial_rows(study)}
+    assert rows[stale.number]["fail_reason"] == "stale: its worker stopped sending heartbeats; retried once"
+    assert rows[0]["fail_reason"] is None  # a completed trial has none, whatever the study holds

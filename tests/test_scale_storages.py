@@ -259,3 +259,26 @@ def test_grpc_bad_inputs_are_one_line_and_never_hang(tmp_path, cli):
         taken = busy.getsockname()[1]
         r = cli("storage-proxy", "--storage", f"sqlite:///{tmp_path / 'p.db'}", "--host", "127.0.0.1", "--port", taken, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith(f"autotune: error: cannot serve on 127.0.0.1:{taken} (") and len(r.stderr.splitlines()) == 1
+
+
+def test_the_proxy_port_is_free_again_at_once_after_a_proxy_stopped_but_not_while_one_listens():
+    """A new user's report: a restarted proxy was refused its port for ~20-60 s (connections of the
+    stopped one in TIME_WAIT), and the message said to pick another port, which every worker names."""
+    import socket
+
+    from autotune.errors import StorageError
+    from autotune.storage_proxy import _check_address
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    with pytest.raises(StorageError, match="another process listens there"):
+        _check_address("127.0.0.1", port)
+    conn.close()  # the server side closes first: its end of the connection stays in TIME_WAIT
+    client.close()
+    server.close()
+    _check_address("127.0.0.1", port)  # free for a new proxy at once
