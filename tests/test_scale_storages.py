@@ -160,6 +160,35 @@ def test_a_dead_worker_s_trial_is_failed_and_retried_once_without_heartbeats(tmp
     assert len(study.trials) == 3 and first.number == 0
 
 
+def test_waiting_for_another_process_s_trial_without_heartbeats_says_until_when_once(tmp_path, monkeypatch):
+    """A new user's report: after a proxy restart a resumed search waited silently for a dead
+    worker's RUNNING trial (up to --trial-timeout + grace). It now says so, once per trial."""
+    import datetime
+    from types import SimpleNamespace
+
+    from autotune.optuna_compat import claim_waiting, set_trial_system_attr
+    from autotune.study.queue import _Worker
+    from autotune.study.trial import TIMEOUT_ATTR
+
+    study = optuna.create_study(study_name="s", storage=open_storage(f"journal:{tmp_path / 'j.log'}", heartbeat=True))
+    study.enqueue_trial({"x": 1.0})
+    (other,) = (claim_waiting(study, t) for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)))
+    set_trial_system_attr(study, other, TIMEOUT_ATTR, 600.0)
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE", "60")
+    said = []
+    worker = _Worker.__new__(_Worker)
+    worker.study, worker.settings, worker.waited_for = study, SimpleNamespace(trial_timeout=900.0), set()
+    worker.ctx = SimpleNamespace(asked=[], ui=SimpleNamespace(info=said.append))
+    worker._say_overdue_wait()
+    worker._say_overdue_wait()
+    start = study.trials[0].datetime_start
+    until = start + datetime.timedelta(seconds=660)
+    assert said == [
+        f"waiting for trial 0, RUNNING in another process since {start:%H:%M:%S}; this storage has no heartbeats, so if that "
+        f"process is gone the trial is retried at {until:%H:%M:%S} (--trial-timeout + $AUTOTUNE_HEARTBEAT_GRACE)"
+    ]
+
+
 # --- the gRPC storage proxy -------------------------------------------------------------------------
 
 

@@ -225,6 +225,7 @@ class _Worker:
         self.baseline_config = TrialConfig.from_dict(settings.baseline_config)
         self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)
         self.run_start = time.monotonic()
+        self.waited_for: set[int] = set()  # other processes' trials this process said it waits for
 
     def work(self) -> None:
         ctx, study = self.ctx, self.study
@@ -270,9 +271,31 @@ class _Worker:
         if _others_running(study, self.ctx) or (self.follow_runs and live_runs(study)):
             # the queue is empty, but another process's trial may still go stale and be retried, or a
             # live search run still adds trials (the baseline's wait, a staged search's next round, confirmation)
+            self._say_overdue_wait()
             time.sleep(1.0)
             return True
         return False
+
+    def _say_overdue_wait(self) -> None:
+        """On a storage without heartbeats (a journal file, a gRPC proxy), say once per trial that this
+        process waits for another process's RUNNING trial, and until when at most: a trial whose worker
+        is gone is only known as such once past its ``--trial-timeout`` plus the grace."""
+        if heartbeat_interval(self.study) is not None:
+            return
+        import datetime
+
+        mine, grace = set(self.ctx.asked), heartbeat_seconds()[1]
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if t.number in mine or t.number in self.waited_for or t.datetime_start is None:
+                continue
+            self.waited_for.add(t.number)
+            limit = float(t.system_attrs.get(TIMEOUT_ATTR, self.settings.trial_timeout)) + grace
+            until = t.datetime_start + datetime.timedelta(seconds=limit)
+            self.ctx.ui.info(
+                f"waiting for trial {t.number}, RUNNING in another process since {t.datetime_start:%H:%M:%S}; this storage has "
+                f"no heartbeats, so if that process is gone the trial is retried at {until:%H:%M:%S} "
+                "(--trial-timeout + $AUTOTUNE_HEARTBEAT_GRACE)"
+            )
 
     def _baseline_done(self, frozen) -> bool:
         """Publish a completed baseline (after queueing the held-back trials), and say once when its judged
