@@ -297,9 +297,10 @@ def main() -> None:
     result: dict = {"cpus": os.cpu_count(), "load_avg_start": _load_avg()}
     if args.part in ("all", "sizes"):
         print(
-            "| storage | trials | per trial (s) | start-up (s) | end (s) | show (s) | export (s) | report (s) | load avg (before -> after) |"
+            "| storage | trials | per trial (s) | of which Optuna's sampler (s) | autotune's own (s) | start-up (s) | end (s) "
+            "| show (s) | export (s) | report (s) | load avg (before -> after) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         result["sizes"] = part_sizes(args.sizes, storages, args.add)
     if args.part in ("all", "workers") and _postgres_answers():
         print("\n| via | workers | queued | complete | trials/s | lost | duplicated | stuck | peak DB connections | wall (s) | load avg |")
