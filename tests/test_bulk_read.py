@@ -134,3 +134,27 @@ def test_a_digest_read_is_optunas_read_with_only_the_user_attributes_asked_for(t
     assert sum(bool(t.system_attrs) for t in with_constraints) == 3
     if backend == "postgresql":
         optuna.delete_study(study_name=study.study_name, storage=rdb)
+
+
+def test_the_ordered_cache_returns_what_optunas_cache_returns_as_the_study_changes(tmp_path):
+    from autotune.storage import OrderedTrialCache
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = _fill(optuna.storages.RDBStorage(url))
+    ours = open_storage(url, create=False)
+    assert isinstance(ours, OrderedTrialCache)
+    theirs = optuna.storages._CachedStorage(optuna.storages.RDBStorage(url))
+    sid = study._study_id
+
+    def same() -> None:
+        for states in (None, (TrialState.COMPLETE,), (TrialState.WAITING, TrialState.RUNNING), ()):
+            a, b = ours.get_all_trials(sid, deepcopy=False, states=states), theirs.get_all_trials(sid, deepcopy=False, states=states)
+            assert [_canon(t) for t in a] == [_canon(t) for t in b], states
+        assert [_canon(t) for t in ours.get_all_trials(sid)] == [_canon(t) for t in theirs.get_all_trials(sid)]  # deep copies
+
+    same()
+    running = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    study.tell(running[0].number, [1.0, 1.0])  # a trial finishes after both caches read it unfinished
+    study.enqueue_trial({"batch_size": 16})
+    study.add_trial(create_trial(params={}, distributions={}, values=[3.0, 4.0]))
+    same()
