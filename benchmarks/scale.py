@@ -267,6 +267,12 @@ def part_workers(workers: int, queued: int, via: str) -> dict:
         "peak_connections": peak[0],
         "wall_s": ended - started,
         "exit_codes": sorted(set(codes)),
+        # the end of what each process that did not exit 0 printed (search first, then the workers)
+        "failed_outputs": [
+            f"[{'search' if i == 0 else f'worker {i}'} exit {code}] {text[-600:]}"
+            for i, (code, text) in enumerate(zip(codes, outputs))
+            if code
+        ],
         "load_avg": _load_avg(),
     }
     optuna.delete_study(study_name=name, storage=POSTGRES)
