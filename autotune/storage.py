@@ -30,6 +30,8 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import random
+import re
 import sys
 import threading
 import time
@@ -419,6 +421,10 @@ def _open_grpc(url: str):
     return proxy
 
 
+#: A database server refusing a connection because every slot is taken (PostgreSQL, MySQL).
+_TOO_MANY_CLIENTS = re.compile(r"too many (clients|connections)|remaining connection slots are reserved", re.IGNORECASE)
+
+
 def _open_rdb(url: str, heartbeat: bool):
     """Optuna's trial cache over a :class:`ResilientRDBStorage` (see :func:`open_storage`).
 
@@ -433,7 +439,10 @@ def _open_rdb(url: str, heartbeat: bool):
     import warnings
 
     masked = mask_url(url)
-    for attempt in range(3):
+    deadline, said = time.monotonic() + _retry_seconds(), False
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -453,9 +462,20 @@ def _open_rdb(url: str, heartbeat: bool):
             racing = type(e).__name__ in ("IntegrityError", "ProgrammingError") or (
                 type(e).__name__ == "OperationalError" and ("locked" in detail or "already exists" in detail)
             )
-            if attempt < 2 and racing:
+            if attempt < 3 and racing:
                 # another process is creating the same tables right now: try again once they exist
-                time.sleep(0.5 + attempt)
+                time.sleep(attempt - 0.5)
+                continue
+            if _TOO_MANY_CLIENTS.search(str(e)) and time.monotonic() < deadline:
+                # every connection slot of the server is taken (many workers at once): wait for one, as for an outage
+                if not said:
+                    print(
+                        f"warning: storage {masked} has no free connection ({detail}); retrying for up to {_retry_seconds():g} s "
+                        "(many workers: put autotune storage-proxy in front of the database, docs/scaling-out.md)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                time.sleep(1.0 + random.random())
                 continue
             raise StorageError(f"cannot open storage {masked!r}: {detail}") from None
-    raise AssertionError("unreachable")

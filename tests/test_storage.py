@@ -216,3 +216,31 @@ def test_sqlite_waits_a_lock_no_longer_than_the_retry_window(tmp_path, monkeypat
     monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "soon")
     with pytest.raises(UsageError, match=r"\$AUTOTUNE_STORAGE_RETRY='soon' must be a number of seconds >= 0"):
         open_storage(f"sqlite:///{tmp_path / 'c.db'}")
+
+
+def test_a_server_with_no_free_connection_is_waited_for_when_opening(tmp_path, monkeypatch, capsys):
+    """32 workers on one PostgreSQL (max_connections 100) made one worker stop with exit 2 ("sorry,
+    too many clients already") while opening the storage; it now waits for a slot, as for an outage."""
+    import sqlalchemy.exc
+
+    import autotune.storage as module
+
+    calls = []
+    original = module.ResilientRDBStorage.__init__
+
+    def crowded(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise sqlalchemy.exc.OperationalError("connect", {}, Exception('FATAL:  sorry, too many clients already'))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(module.ResilientRDBStorage, "__init__", crowded)
+    monkeypatch.setattr(module.time, "sleep", lambda s: None)
+    storage = module.open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    assert len(calls) == 3 and storage.get_all_studies() == []
+    err = capsys.readouterr().err
+    assert err.count("has no free connection") == 1 and "storage-proxy" in err
+    calls.clear()
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "0")  # no time left to wait: one line, exit 2 as before
+    with pytest.raises(module.StorageError, match="too many clients"):
+        module.open_storage(f"sqlite:///{tmp_path / 't.db'}")
