@@ -425,6 +425,18 @@ def _open_grpc(url: str):
 _TOO_MANY_CLIENTS = re.compile(r"too many (clients|connections)|remaining connection slots are reserved", re.IGNORECASE)
 
 
+def _no_free_connection(error: BaseException | None) -> bool:
+    """Whether ``error``, or what it wraps (Optuna wraps the driver's error in "An exception is raised
+    during the commit"), is a server refusing a connection because every slot is taken."""
+    seen = 0
+    while error is not None and seen < 6:
+        if _TOO_MANY_CLIENTS.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return False
+
+
 def _open_rdb(url: str, heartbeat: bool):
     """Optuna's trial cache over a :class:`ResilientRDBStorage` (see :func:`open_storage`).
 
@@ -466,7 +478,7 @@ def _open_rdb(url: str, heartbeat: bool):
                 # another process is creating the same tables right now: try again once they exist
                 time.sleep(attempt - 0.5)
                 continue
-            if _TOO_MANY_CLIENTS.search(str(e)) and time.monotonic() < deadline:
+            if _no_free_connection(e) and time.monotonic() < deadline:
                 # every connection slot of the server is taken (many workers at once): wait for one, as for an outage
                 if not said:
                     print(

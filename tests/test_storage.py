@@ -230,8 +230,13 @@ def test_a_server_with_no_free_connection_is_waited_for_when_opening(tmp_path, m
 
     def crowded(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) <= 2:
+        if len(calls) == 1:
             raise sqlalchemy.exc.OperationalError("connect", {}, Exception('FATAL:  sorry, too many clients already'))
+        if len(calls) == 2:  # as Optuna raises it from a commit: the driver's error is its cause
+            try:
+                raise sqlalchemy.exc.OperationalError("commit", {}, Exception("FATAL:  remaining connection slots are reserved"))
+            except sqlalchemy.exc.OperationalError as cause:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from cause
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(module.ResilientRDBStorage, "__init__", crowded)
