@@ -443,7 +443,10 @@ def _open_rdb(url: str, heartbeat: bool):
     Raises:
         StorageError: The server cannot be reached, or the database needs a schema upgrade.
     """
-    engine_kwargs: dict[str, Any] = {}
+    # a database server: keep one idle connection per process, open more only while threads (the
+    # trial's and the run's heartbeats, the pruning watcher) use them at once; SQLAlchemy's default
+    # keeps up to 5 open, and 32 workers then filled PostgreSQL's default 100 slots
+    engine_kwargs: dict[str, Any] = {"pool_size": 1, "max_overflow": 8}
     if _sqlite_path(url) is not None:
         # SQLite waits a lock out inside each call: never longer than the retry window, so that a lock
         # held past $AUTOTUNE_STORAGE_RETRY stops the process at the limit as an outage does
