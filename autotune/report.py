@@ -62,11 +62,15 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
     timings, ``log_tail`` of a failed trial, ...), but its output (``log``, long). ``trials`` (frozen trials) replaces the study's.
     """
     rows = []
-    study_attrs = study.user_attrs  # a trial failed as stale has its reason there (its process was gone)
+    study_attrs: dict[str, Any] | None = None  # read once, if a failed trial has no reason of its own
     for t in trials if trials is not None else study.get_trials(deepcopy=False):
         attrs = t.user_attrs
         config = attrs.get("config", {})
-        reason = attrs.get("fail_reason") or (study_attrs.get(f"stale_trial_{t.number}") if t.state.name == "FAIL" else None)
+        reason = attrs.get("fail_reason")
+        if reason is None and t.state.name == "FAIL" and study is not None:
+            # a trial failed as stale has its reason on the study (its process was gone)
+            study_attrs = study.user_attrs if study_attrs is None else study_attrs
+            reason = study_attrs.get(f"stale_trial_{t.number}")
         note = reason or ""
         if attrs.get("baseline"):
             note = ("baseline " + note).strip()
