@@ -91,8 +91,10 @@ def run_worker(
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
     if not Path(settings.model_file).is_file():
         raise UsageError(f"study {study.study_name!r} trains {settings.model_file!r}, which is not on this machine; use the same path here")
-    if not cold and (settings.num_nodes or 1) == 1:
-        prestart(settings.model_file, jobs)  # its imports overlap reading the study
+    # its imports overlap reading the study; not once a gRPC channel is open: forking beside gRPC's
+    # threads broke the warm process's start (it is spawned later, as before)
+    if not cold and (settings.num_nodes or 1) == 1 and not storage_url.startswith("grpc:"):
+        prestart(settings.model_file, jobs)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)) + os.getpid())
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.get_trials(deepcopy=False))} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
