@@ -43,5 +43,4 @@ def per_finished_trial(derive: Callable[[Any], R]) -> Callable[[Any], R]:
         cache[id(trial)] = (trial, value)
         return value
 
-    cached.cache = cache  # type: ignore[attr-defined]
     return cached
