@@ -3,6 +3,8 @@
 - ``tpe`` (default): Optuna's multivariate TPE (Bergstra et al. 2011; Falkner et al. 2018 for the
   multivariate form), 5 random start-up trials. It reads each trial's loss-tolerance constraint
   (:func:`autotune.optuna_compat.set_constraint`) and avoids infeasible regions (the constrained TPE of Optuna).
+  Beyond 1,000 finished trials it reads the best trials and the most recent ones, 1,000 in all
+  (:mod:`autotune.tpe_history`), so that its cost per trial stops growing with the study.
 - ``gp``: Optuna's Gaussian-process sampler (log expected improvement, constraints handled the same
   way); best for small budgets of mostly numeric knobs.
 - ``cmaes``: Optuna's CMA-ES (Hansen 2016) on the numeric knobs; categorical knobs (``precision``,
@@ -110,7 +112,9 @@ def make_sampler(name: str, resolved: Mapping[str, Mapping[str, Any]], seed: int
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+            from autotune.tpe_history import BoundedHistoryTPESampler
+
+            return BoundedHistoryTPESampler(seed=seed, multivariate=True, n_startup_trials=5)
         if name == "gp":
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
         if name == "cmaes":

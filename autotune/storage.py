@@ -243,20 +243,26 @@ class OrderedTrialCache(optuna.storages._CachedStorage):
     def __init__(self, backend: optuna.storages.RDBStorage) -> None:
         super().__init__(backend)
         self._ordered: dict[int, list] = {}
+        self._gaps: dict[int, int] = {}  # unfilled numbers per study (``None in list`` would compare every trial)
 
     def _add_trials_to_cache(self, study_id: int, trials: list) -> None:
         super()._add_trials_to_cache(study_id, trials)
         ordered = self._ordered.setdefault(study_id, [])
+        gaps = self._gaps.get(study_id, 0)
         for trial in trials:
             if trial.number >= len(ordered):
+                gaps += trial.number + 1 - len(ordered)
                 ordered.extend([None] * (trial.number + 1 - len(ordered)))
+            if ordered[trial.number] is None:
+                gaps -= 1
             ordered[trial.number] = trial
+        self._gaps[study_id] = gaps
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list:
         self._read_trials_from_remote_storage(study_id)
         with self._lock:
             ordered = self._ordered.get(study_id, [])
-            if None in ordered:  # a gap in the numbers (not made by Optuna): sort as Optuna does
+            if self._gaps.get(study_id, 0):  # a gap in the numbers (not made by Optuna): sort as Optuna does
                 return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
             trials = list(ordered) if states is None else [t for t in ordered if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
@@ -264,6 +270,7 @@ class OrderedTrialCache(optuna.storages._CachedStorage):
     def delete_study(self, study_id: int) -> None:
         super().delete_study(study_id)
         self._ordered.pop(study_id, None)
+        self._gaps.pop(study_id, None)
 
 
 def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
