@@ -38,11 +38,19 @@ __all__ = ["read_trials"]
 _LISTED_IDS = 2000
 
 
-def _local(moment: datetime.datetime | None) -> datetime.datetime | None:
-    """A naive UTC datetime as naive local time (as Optuna's ``TrialModel.datetime_start`` does)."""
+def _local(moment: datetime.datetime | None, offsets: dict[datetime.datetime, datetime.timedelta]) -> datetime.datetime | None:
+    """A naive UTC datetime as naive local time (as Optuna's ``TrialModel.datetime_start`` does).
+
+    ``offsets`` caches the local UTC offset per UTC minute (time zones change offset on whole minutes):
+    ``astimezone()`` asks the C library for the local time zone on every call, 10 us a datetime."""
     if moment is None:
         return None
-    return moment.replace(tzinfo=datetime.timezone.utc).astimezone().replace(tzinfo=None)
+    minute = moment.replace(second=0, microsecond=0)
+    offset = offsets.get(minute)
+    if offset is None:
+        local = minute.replace(tzinfo=datetime.timezone.utc).astimezone()
+        offset = offsets[minute] = local.utcoffset() or datetime.timedelta(0)
+    return moment + offset
 
 
 def _json_member(dialect: str, key: Any, value_json: Any) -> Any:
@@ -177,6 +185,7 @@ def read_trials(
     to_value = models.TrialValueModel.stored_repr_to_value
     to_intermediate = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value
     found = []
+    offsets: dict[datetime.datetime, datetime.timedelta] = {}
     for trial_id, number, state, start, complete in rows:
         objective_values: list[float] | None = None
         if values.get(trial_id):
@@ -190,8 +199,8 @@ def read_trials(
                 state=state,
                 value=None,
                 values=objective_values,
-                datetime_start=_local(start),
-                datetime_complete=_local(complete),
+                datetime_start=_local(start, offsets),
+                datetime_complete=_local(complete, offsets),
                 params={name: distribution(text).to_external_repr(value) for name, value, text in own},
                 distributions={name: distribution(text) for name, _value, text in own},
                 user_attrs=user_attrs.get(trial_id, {}),

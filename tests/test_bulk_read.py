@@ -203,3 +203,23 @@ def test_the_ordered_cache_counts_unfilled_numbers_without_comparing_trials(tmp_
     cache._add_trials_to_cache(sid, trials[:2])  # re-adding a filled number leaves no gap
     assert cache._gaps[sid] == 0
     assert [t.number for t in cache.get_all_trials(sid, deepcopy=False)] == [t.number for t in trials]
+
+
+@pytest.mark.parametrize("zone", ["Asia/Kolkata", "America/New_York", "Australia/Lord_Howe"])
+def test_bulk_read_gives_optunas_local_datetimes_in_any_time_zone(tmp_path, monkeypatch, zone):
+    """Datetimes are stored as naive UTC and read as naive local time: the cached per-minute offset
+    must give what Optuna's own conversion gives (half-hour zones, daylight saving time)."""
+    import time
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        rdb = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}")
+        study = _fill(rdb)
+        ours = read_trials(rdb.engine, study._study_id, None, set(), -1)
+        theirs = rdb._get_trials(study._study_id, None, set(), -1)
+        assert [(t.datetime_start, t.datetime_complete) for t in ours] == [(t.datetime_start, t.datetime_complete) for t in theirs]
+        assert any(t.datetime_start is not None for t in ours)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
