@@ -295,7 +295,7 @@ def test_confirmation_races_the_best_configs_in_alternating_pairs_stops_early_an
         assert [t.user_attrs["confirm_of"] for t in pair] == ([0, candidate] if i % 2 == 0 else [candidate, 0])
         assert all(t.user_attrs["incumbent"] == 0 and t.user_attrs["confirm_samples"] == 1024 for t in pair)
         assert all(t.state.name == "COMPLETE" and t.params == study.trials[t.user_attrs["confirm_of"]].params for t in pair)
-    assert f"recommended: trial " in r.stdout and f"(the config of trial {candidate}, confirmed): " in r.stdout
+    assert "recommended: trial " in r.stdout and f"(the config of trial {candidate}, confirmed): " in r.stdout
     assert "x faster [" in r.stdout and "over 3 paired run(s) vs the baseline" in r.stdout
     assert "confirmation budget spent" in r.stdout and "the remaining candidates are not raced" in r.stdout
     header = out.read_text()
