@@ -178,16 +178,28 @@ def _add_search_run(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--confirm",
         type=_positive_int,
-        help="re-run the K best configs and the baseline before recommending "
-        f"(default {DEFAULT_CONFIRM}, or ${ENV_CONFIRM}; 0 turns it off)",
+        help="race the K best configs, best first, against the baseline in paired runs before recommending "
+        f"(default {DEFAULT_CONFIRM}, or ${ENV_CONFIRM}; 0 turns it off; docs/search.md)",
     )
     s.add_argument(
+        "--confirm-pairs",
         "--confirm-repeats",
+        dest="confirm_repeats",
         type=_positive_int,
         default=opt["confirm_repeats"],
-        help=f"runs per confirmed config (default {opt['confirm_repeats']})",
+        help=f"most pairs of runs per race (default {opt['confirm_repeats']}, at least 3)",
     )
-    s.add_argument("--confirm-samples", type=_positive_int, help="training samples per confirmation run (default 2 x --samples)")
+    s.add_argument(
+        "--confirm-samples",
+        type=_positive_int,
+        help="training samples per paired run (default: what fits 3 pairs of the best config in --confirm-share)",
+    )
+    s.add_argument(
+        "--confirm-share",
+        type=_number,
+        default=opt["confirm_share"],
+        help=f"most of the run's wall time the paired runs take (default {opt['confirm_share']}: 20%%)",
+    )
     s.add_argument("--cold", action="store_true", help="start each trial as a fresh Python process instead of forking a warm one")
     s.add_argument("--quiet", action="store_true", help="print only warnings and the summary")
 

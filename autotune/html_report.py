@@ -329,19 +329,17 @@ def _named(study, settings, recommended, baseline, every) -> dict[str, str]:
     from autotune.study import confirmation
 
     confirmed = confirmation(study, settings, every)
-    groups = {n: g for g in (confirmed[0] if confirmed else []) for n in g.runs}
     names = {}
     for role, trial in (("baseline", baseline), ("recommended", recommended)):
         if trial is None:
             continue
-        group = groups.get(trial.number)
-        runs = f"median of its confirmation runs {', '.join(map(str, group.runs))}" if group else ""
-        if group is None:
+        of = trial.user_attrs.get("confirm_of") if confirmed is not None and "pair_of" in trial.user_attrs else None
+        if of is None:
             names[role] = f"trial {trial.number}"
-        elif role == "baseline":
-            names[role] = f"trial {group.number}; {runs}"
+        elif role == "baseline" or of == confirmed.baseline:
+            names[role] = f"trial {of}; its median paired run {trial.number}"
         else:
-            names[role] = f"trial {trial.number}, the config of trial {group.number}; {runs}"
+            names[role] = f"trial {trial.number}, the config of trial {of}; its median paired run"
     return names
 
 
@@ -467,11 +465,16 @@ def write_report(
     if recommended is not None and baseline is not None:
         names = _named(study, settings, recommended, baseline, trials)
         speed = confirmed_speed(study, settings, trials)
-        if speed is not None:  # as the terminal summary says it: medians of the confirmation runs
-            sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
+        if speed is not None:  # as the terminal summary says it: the paired ratio
+            from autotune.summary import ratio_text
+
             said = (
-                f"Recommended: trial {recommended.number} (the config of trial {speed['trial']}, confirmed): median {sps:,.0f} samples/s "
-                f"over {speed['runs']} runs = {sps / b_sps:.2f}x the baseline's median ({names['baseline']}; {b_sps:,.0f} samples/s)"
+                f"Recommended: trial {recommended.number} (the config of trial {speed['trial']}, confirmed): "
+                + ratio_text(
+                    speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective, f"the baseline ({names['baseline']})"
+                )
+                if speed["won"]
+                else f"Recommended: the baseline ({names['baseline']}): no candidate was shown better in paired runs (1.00x)"
             )
         else:
             sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]

@@ -75,7 +75,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         if attrs.get("baseline"):
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
-            note = (f"confirms #{attrs['confirm_of']} " + note).strip()
+            pair = f" (pair {attrs['pair_index']} of #{attrs['pair_of']})" if "pair_index" in attrs else ""
+            note = (f"confirms #{attrs['confirm_of']}{pair} " + note).strip()
         if "duplicate_of" in attrs:
             note = f"duplicate of #{attrs['duplicate_of']} (not run) " + note
         if attrs.get("stage") == "system" and attrs.get("feasible") is None and "trial_samples" in attrs:
@@ -478,11 +479,16 @@ class ConsoleUI:
             return
         speed = confirmed_speed(study, settings)
         if speed is not None:
-            sps, b_sps = speed["samples_per_sec"], speed["baseline_samples_per_sec"]
-            self.console.print(
-                f"[bold]recommended: trial {recommended.number}[/bold] (the config of trial {speed['trial']}, confirmed): median "
-                f"{sps:,.0f} samples/s over {speed['runs']} runs = [bold]{sps / b_sps:.2f}x[/bold] the baseline's median ({b_sps:,.0f} samples/s)"
+            from autotune.summary import ratio_text
+
+            said = (
+                f"(the config of trial {speed['trial']}, confirmed): [bold]"
+                + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective)
+                + "[/bold]"
+                if speed["won"]
+                else "(the baseline: no candidate was shown better in paired runs): [bold]1.00x[/bold]"
             )
+            self.console.print(f"[bold]recommended: trial {recommended.number}[/bold] {said}")
         else:
             sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
             self.console.print(

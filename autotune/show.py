@@ -151,7 +151,7 @@ def show_study(study, settings, trial: int | None = None, fmt: str = "table", li
     for number, words in (
         (rec_number, "the recommended trial"),
         (base_number, "the baseline"),
-        (baseline.number if baseline else None, "the baseline's median confirmation run"),
+        (baseline.number if baseline else None, "the baseline's median paired run"),
     ):
         if number is not None:
             keep.setdefault(number, words)

@@ -2,13 +2,14 @@
 note and the HTML report.
 
 Every function here is pure: it takes figures already computed from a study (frozen trials, the
-confirmation groups of :func:`autotune.study.confirmation`, the OOM frontier rows of
+paired confirmation of :func:`autotune.study.confirmation`, the OOM frontier rows of
 :func:`autotune.study.oom_frontier`) and returns text, so the sentences read the same everywhere and
 none of their callers imports another's module.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "frontier_lines",
     "input_bound_line",
     "quality_line",
+    "ratio_text",
     "speedup_line",
 ]
 
@@ -29,37 +31,56 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def confirmation_lines(confirmed: tuple[Any, Any, int] | None, objective: str) -> list[str]:
-    """Lines on the confirmation of the recommendation.
+#: How a ratio over the baseline reads for each objective (> 1: better).
+_BETTER = {"time-to-quality": "faster to the target", "goodput": "more goodput"}
+
+
+def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str, versus: str = "the baseline") -> str:
+    """``"1.62x faster [1.41x, 1.86x] over 4 paired runs vs the baseline"``.
 
     Args:
-        confirmed: ``(groups, pick, samples)`` of :func:`autotune.study.confirmation`, or ``None``
-            (no confirmation run: no line).
-        objective: The study's objective (names the unit: samples/s, s to target, goodput samples/s).
+        ratio, low, high: The ratio (> 1: better) and its 90% interval (:mod:`autotune.paired`).
+        pairs: Pairs behind it (>= 1).
+        objective: The study's objective (names what is better).
+        versus: What the ratio is over.
+    """
+    interval = f" [{low:.2f}x, {high:.2f}x]" if math.isfinite(low) and math.isfinite(high) else ""
+    word = _BETTER.get(objective, "faster") if ratio >= 1 else "as good"
+    return f"{ratio:.2f}x {word}{interval} over {pairs} paired run(s) vs {versus}"
+
+
+def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
+    """Lines on the paired confirmation of the recommendation: the outcome, then one line per race.
+
+    Args:
+        confirmed: :func:`autotune.study.confirmation` (a :class:`autotune.study.races.Confirmation`),
+            or ``None`` (no paired run: no line).
+        objective: The study's objective (names what "better" means).
     """
     if confirmed is None:
         return []
-    groups, choice, samples = confirmed
-    if choice.chosen is None:
-        return [f"confirmation ({samples} samples per run): no confirmed config is eligible"]
-    unit = {"time-to-quality": "s to target", "goodput": "goodput samples/s"}.get(objective, "samples/s")
-    g = choice.chosen
-    lines = [
-        f"confirmed: config of trial {g.number}, median of {len(g.values)} runs of {samples} samples: "
-        f"{_num(g.median)} {unit} (spread {_num(g.spread)})"
-    ]
-    base = next((x for x in groups if x.baseline), None)
-    if base is not None:
-        lines[0] += f" vs baseline median {_num(base.median)} (spread {_num(base.spread)})"
-    if choice.best is not None and choice.best is not g:
-        lines.append(
-            f"within noise: trial {choice.best.number}'s config has the best median ({_num(choice.best.median)}), but the difference "
-            f"is within the measured spread; recommending the config closer to the baseline ({g.distance} knob(s) changed)"
-        )
-    elif choice.within_noise:
-        lines.append("within noise of it: " + ", ".join(f"trial {x.number} ({_num(x.median)})" for x in choice.within_noise))
-    for x, reason in choice.ineligible:
-        lines.append(f"not recommended: config of trial {x.number}: {reason}")
+    samples = confirmed.samples
+    if confirmed.won:
+        lines = [
+            f"confirmed: the config of trial {confirmed.chosen} is "
+            f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective)} ({samples} samples per run)"
+        ]
+    else:
+        lines = [
+            f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {samples} samples: "
+            "the baseline is recommended (1.00x)"
+        ]
+    for race in confirmed.races:
+        v = race.verdict
+        versus = "the baseline" if race.incumbent == confirmed.baseline else f"trial {race.incumbent}'s config"
+        if v.decided:
+            how = f"{v.outcome}: {v.reason}"
+        elif race.pending:
+            how = f"running ({race.pending} run(s) queued)"
+        else:
+            how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
+        figure = f", {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, versus)}" if v.pairs else f" vs {versus}"
+        lines.append(f"race: trial {race.candidate}'s config{figure}: {how}")
     return lines
 
 
@@ -77,20 +98,21 @@ def frontier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any) -> str:
+def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any, objective: str = "throughput") -> str:
     """The measured speed of the recommendation against the baseline's (the export header's line).
 
     Args:
-        speed: :func:`autotune.study.confirmed_speed` (medians of confirmation runs), or ``None``
-            for the single search trial ``trial`` against the ``baseline`` trial.
+        speed: :func:`autotune.study.confirmed_speed` (the paired ratio), or ``None`` for the single
+            search trial ``trial`` against the ``baseline`` trial.
         trial, baseline: Frozen trials with ``samples_per_sec`` user attributes.
+        objective: The study's objective (names what the paired ratio compares).
     """
-    if speed is not None:
-        return (
-            f"measured: median {speed['samples_per_sec']:,.0f} samples/s over {speed['runs']} confirmation runs of the config of "
-            f"trial {speed['trial']} vs the baseline's median {speed['baseline_samples_per_sec']:,.0f} samples/s: speedup "
-            f"{speed['samples_per_sec'] / speed['baseline_samples_per_sec']:.2f}x"
+    if speed is not None and speed["won"]:
+        return f"measured: the config of trial {speed['trial']} is " + ratio_text(
+            speed["ratio"], speed["low"], speed["high"], speed["pairs"], objective
         )
+    if speed is not None:
+        return "measured: 1.00x: no candidate was shown at least 5% better than the baseline in paired runs (the baseline is recommended)"
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
     return f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
 

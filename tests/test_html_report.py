@@ -4,7 +4,7 @@ optuna-dashboard make of the same trials (issue 16, items 15-19)."""
 import optuna
 import pytest
 from conftest import dashboard_api, served_dashboard
-from study.helpers import add, confirm, make_study  # tests/study/helpers.py
+from study.helpers import add, make_study, race  # tests/study/helpers.py
 from test_report import CHROMIUM_FLAGS, _chromium, plotly_figures, plotly_layouts
 
 from autotune.html_report import KINDS, MARKS, build_figures
@@ -30,7 +30,7 @@ def staged_study(storage=None, confirmed=True):
     """A ``--search staged`` study as autotune stores it: trial 0 the baseline; 23 short screening runs of the
     system knobs at the baseline's lr (one, bf16-mixed, faster than anything else); 12 full-budget stage-2
     trials whose speed comes from num_workers (3 of them above the loss tolerance) and whose lr varies; a
-    duplicate; then confirmation runs of the baseline and of the fastest feasible config."""
+    duplicate; then paired confirmation runs of the fastest feasible config against the baseline."""
     study = make_study(storage, space=SPACE)
     add(study, 100.0, 1.0, baseline=True)
     short = {"stage": "system", "trial_samples": 256}
@@ -52,8 +52,7 @@ def staged_study(storage=None, confirmed=True):
     add(study, best.user_attrs["samples_per_sec"], 1.0, attrs={"duplicate_of": best.number, "stage": "full"},
         **{k: v for k, v in best.user_attrs["config"].items() if k in ("batch_size", "num_workers", "lr")})
     if confirmed:
-        confirm(study, 0, [99.0, 101.0, 100.0])
-        confirm(study, best.number, [300.0, 306.0, 303.0])
+        race(study, best.number, [99.0, 101.0, 100.0], [300.0, 306.0, 303.0])
     return study
 
 
@@ -117,19 +116,17 @@ def test_the_baseline_and_the_recommendation_are_named_as_the_summary_names_them
     figs, recommended, baseline = figures(study)
     base_runs = [t.number for t in study.trials if t.user_attrs.get("confirm_of") == 0]
     of = recommended.user_attrs["confirm_of"]
-    best_runs = [t.number for t in study.trials if t.user_attrs.get("confirm_of") == of]
-    assert baseline.number in base_runs and baseline.number != 0  # the point drawn: the baseline's median confirmation run
+    assert baseline.number in base_runs and baseline.number != 0  # the point drawn: the baseline's median paired run
     names = [t.name for t in figs["pareto"].data]
-    assert f"baseline (trial 0; median of its confirmation runs {', '.join(map(str, base_runs))})" in names
-    assert (f"recommended (trial {recommended.number}, the config of trial {of}; median of its confirmation runs "
-            f"{', '.join(map(str, best_runs))})") in names
+    assert f"baseline (trial 0; its median paired run {baseline.number})" in names
+    assert f"recommended (trial {recommended.number}, the config of trial {of}; its median paired run)" in names
     settings = settings_of(study)
     page = tmp_path / "r.html"
     write_report(study, settings, page, recommended, baseline)
     text = page.read_text()
-    # the terminal summary's words: "recommended: trial R (the config of trial C, confirmed): median ... the baseline's median"
-    assert f"Recommended: trial {recommended.number} (the config of trial {of}, confirmed): median 303 samples/s over 3 runs" in text
-    assert f"3.03x the baseline&#x27;s median (trial 0; median of its confirmation runs {', '.join(map(str, base_runs))}; 100 samples/s)" in text
+    # the terminal summary's words: "recommended: trial R (the config of trial C, confirmed): 3.03x faster [...] over 3 paired run(s)"
+    assert f"Recommended: trial {recommended.number} (the config of trial {of}, confirmed): 3.03x faster [" in text
+    assert f"over 3 paired run(s) vs the baseline (trial 0; its median paired run {baseline.number})" in text
     assert f"(trial {baseline.number}" not in text.split("<h2")[0]
     # without confirmation runs the baseline is trial 0 itself
     figs, recommended, baseline = figures(staged_study(confirmed=False))
@@ -435,8 +432,8 @@ def test_the_report_and_the_dashboard_draw_short_runs_apart_in_a_browser(tmp_pat
     value, points, _ = _values(pareto)
     assert max(value(y) for y in points) < FAST_SHORT / 2
     # item 17: the baseline is trial 0
-    base_runs = ", ".join(str(t.number) for t in study.trials if t.user_attrs.get("confirm_of") == 0)
-    assert f"baseline (trial 0; median of its confirmation runs {base_runs})" in _texts(pareto, "legendtext")
+    base = [t.number for t in study.trials if t.user_attrs.get("confirm_of") == 0][1]  # 100: the median of 99, 101, 100
+    assert f"baseline (trial 0; its median paired run {base})" in _texts(pareto, "legendtext")
     # item 18: what the importances cover, num_workers first (the top bar)
     assert _texts(importances, "gtitle-subtitle") == [
         "over 13 full-budget trials (short screening runs, confirmation runs and duplicates left out)"]

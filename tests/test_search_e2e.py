@@ -273,35 +273,47 @@ def test_digits_goodput_objective(tmp_path, cli):
     assert f"recommended: trial {best.number}" in r.stdout
 
 
-def test_confirmation_reruns_the_best_configs_and_recommends_a_median(tmp_path, cli):
+def test_confirmation_races_the_best_configs_in_alternating_pairs_stops_early_and_resumes(tmp_path, cli):
     db = tmp_path / "c.db"
     out = tmp_path / "c.yaml"
     space = tmp_path / "space.yaml"  # workers change the speed, not the seeded training: every config is feasible
-    space.write_text("num_workers: {choices: [1]}\n")
-    r = cli("search", MODELS / "tiny.py", "--trials", 2, "--samples", 1024, "--confirm", 1, "--confirm-repeats", 2, "--space", space,
-            "--storage", f"sqlite:///{db}", "--out", out, check_rc=0)
+    space.write_text("num_workers: {choices: [0, 1, 2]}\n")
+    slow = {"TINY_SLOW_WORKERS": "0"}  # the baseline's 0 workers: 20 ms more per step
+    args = ("search", MODELS / "tiny.py", "--samples", 1024, "--confirm", 2, "--confirm-samples", 1024, "--space", space,
+            "--storage", f"sqlite:///{db}", "--out", out)
+    # a tiny budget: the first race still gets its minimum pairs, then no pair starts
+    r = cli(*args, "--trials", 3, "--confirm-share", 0.01, env=slow, check_rc=0)
+    assert "plan: 3 trial(s) + up to 24 paired confirmation run(s)" in r.stdout
     study = load(db, "tiny")
-    search = [t for t in study.trials if "confirm_of" not in t.user_attrs]
-    runs = [t for t in study.trials if "confirm_of" in t.user_attrs]
-    assert len(search) == 2
-    confirmed = {t.user_attrs["confirm_of"] for t in runs}
-    assert 0 in confirmed and len(confirmed) == 2  # the baseline and the best other config
-    for t in runs:
-        assert t.user_attrs["confirm_samples"] == 2048  # twice the search budget
-        assert t.params == study.trials[t.user_attrs["confirm_of"]].params
-        assert t.user_attrs["samples_seen"] >= 2048
-        assert t.state.name == "COMPLETE", t.user_attrs.get("fail_reason")
-    assert "confirming the 1 best config(s) and the baseline: 2 run(s) each of 2048 training samples" in r.stdout
-    recommended = int(r.stdout.split("recommended: trial ")[1].split()[0].rstrip(","))
-    assert "confirmed): median" in r.stdout and "the baseline's median" in r.stdout
-    assert f"this run: {len(study.trials)} trial(s)" in r.stdout  # the search and its confirmation
-    assert "confirm_of" in study.trials[recommended].user_attrs  # a confirmation run, never a single search trial
-    assert "confirmed: config of trial" in r.stdout and "confirmed: config of trial" in out.read_text()
-    # resuming with the same flags queues no new confirmation run for configs already confirmed
-    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--confirm", 1, "--confirm-repeats", 2, "--space", space,
-            "--storage", f"sqlite:///{db}", check_rc=0)
-    again = [t for t in load(db, "tiny").trials if "confirm_of" in t.user_attrs]
-    assert len(again) == len(runs)  # the new trial repeats trial 1's config, which is confirmed already
+    runs = [t for t in study.trials if "pair_of" in t.user_attrs]
+    first = {t.user_attrs["pair_of"] for t in runs}
+    assert len(first) == 1 and len(runs) == 6  # one race, won in its 3 minimum pairs (early stop: the cap is 6)
+    (candidate,) = first
+    assert study.trials[candidate].params["num_workers"] != 0
+    for i in range(3):  # alternation: pair 0 runs the incumbent first, pair 1 the candidate, ...
+        pair = sorted((t for t in runs if t.user_attrs["pair_index"] == i), key=lambda t: t.number)
+        assert [t.user_attrs["confirm_of"] for t in pair] == ([0, candidate] if i % 2 == 0 else [candidate, 0])
+        assert all(t.user_attrs["incumbent"] == 0 and t.user_attrs["confirm_samples"] == 1024 for t in pair)
+        assert all(t.state.name == "COMPLETE" and t.params == study.trials[t.user_attrs["confirm_of"]].params for t in pair)
+    assert "recommended: trial " in r.stdout and f"(the config of trial {candidate}, confirmed): " in r.stdout
+    assert "x faster [" in r.stdout and "over 3 paired run(s) vs the baseline" in r.stdout
+    assert "confirmation budget spent" in r.stdout and "the remaining candidates are not raced" in r.stdout
+    header = out.read_text()
+    assert f"# measured: the config of trial {candidate} is " in header and "over 3 paired run(s) vs the baseline" in header
+    # the same command with room: the decided race is not run again; the next candidate races the winner
+    r = cli(*args, "--trials", 1, "--confirm-share", 0.9, env=slow, check_rc=0)
+    study = load(db, "tiny")
+    again = [t for t in study.trials if "pair_of" in t.user_attrs]
+    assert [t.number for t in again if t.user_attrs["pair_of"] == candidate] == [t.number for t in runs]
+    second = [t for t in again if t.user_attrs["pair_of"] != candidate]
+    assert second and all(t.user_attrs["incumbent"] == candidate for t in second)  # the winner is the incumbent now
+    assert f"race: trial {second[0].user_attrs['pair_of']}'s config" in r.stdout
+    from autotune.study import confirmation, load_study
+
+    _, settings = load_study("tiny", f"sqlite:///{db}")
+    confirmed = confirmation(study, settings)
+    assert [race.candidate for race in confirmed.races] == [candidate, second[0].user_attrs["pair_of"]]
+    assert all(race.verdict.decided for race in confirmed.races) and confirmed.won[0].candidate == candidate
 
 
 def test_enqueued_known_configs_run_right_after_the_baseline(tmp_path, cli):
@@ -556,7 +568,8 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["search", MODELS / "tiny.py", "--node-rank", 1], "--node-rank 1: autotune search is always node rank 0"),
         (["search", MODELS / "tiny.py", "--trials", "abc"], "argument --trials: expected an integer, got 'abc'"),
         (["search", MODELS / "tiny.py", "--confirm", -1], "--confirm must be >= 0"),
-        (["search", MODELS / "tiny.py", "--confirm-repeats", 0], "--confirm-repeats must be >= 1, got 0"),
+        (["search", MODELS / "tiny.py", "--confirm-repeats", 2], "--confirm-pairs must be >= 3 (the fewest pairs that can show"),
+        (["search", MODELS / "tiny.py", "--confirm-share", 1], "--confirm-share must be a fraction of the run's wall time"),
         (["worker", "--node-rank", "abc"], "argument --node-rank: invalid int value: 'abc'"),
         (["search", MODELS / "tiny.py", "--enqueue", "missing.yaml"], "--enqueue 'missing.yaml' does not exist"),
         # checked against the study's space, before the study is created: nothing is left behind

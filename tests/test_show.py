@@ -157,16 +157,16 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
 
 
 def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median_run(tmp_path, monkeypatch, capfd):
-    from study.helpers import confirm
+    from study.helpers import race
 
     monkeypatch.setenv("COLUMNS", "250")
     db = tmp_path / "confirmed.db"
     study = _big_study(db, search_trials=30)
-    base_runs = confirm(study, 0, [99.0, 101.0, 100.0])
-    best_runs = confirm(study, 24, [430.0, 440.0, 435.0])  # trial 24: the fastest feasible search trial
+    pairs = race(study, 24, [99.0, 101.0, 100.0], [430.0, 440.0, 435.0])  # trial 24: the fastest feasible search trial
     _, out, _ = _show(capfd, db, "--limit", 5)
     rows = _shown(out)
-    assert {0, base_runs[2].number, best_runs[2].number} <= set(rows) and len(rows) == 5  # the median runs: 100 and 435
-    assert re.search(rf"^│\s*{best_runs[2].number} │.*recommended", out, re.M)
-    assert ("5 of 41 trials shown (the recommended trial, the baseline, the baseline's median confirmation run and the 2 best "
+    assert {0, pairs[2][0].number, pairs[2][1].number} <= set(rows) and len(rows) == 5  # the median runs: 100 and 435
+    assert re.search(rf"^│\s*{pairs[2][1].number} │.*recommended", out, re.M)
+    assert "4.35x faster [" in out and "over 3 paired run(s) vs the baseline" in out
+    assert ("5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best "
             "complete by samples/s)") in out

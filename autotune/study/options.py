@@ -95,8 +95,9 @@ class SearchOptions:
     pruner_startup: int = 5
     enqueue: list[str] | None = None
     confirm: int | None = None
-    confirm_repeats: int = 3
+    confirm_repeats: int = 6  # --confirm-pairs (--confirm-repeats): the pair cap of each race
     confirm_samples: int | None = None
+    confirm_share: float = 0.2
     search: str | None = None
 
 
@@ -140,8 +141,12 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}")
     if opts.confirm is not None and opts.confirm < 0:
         raise UsageError(f"--confirm must be >= 0 (configs re-run before recommending; 0 turns it off), got {opts.confirm}")
-    if opts.confirm_repeats < 1:
-        raise UsageError(f"--confirm-repeats must be >= 1, got {opts.confirm_repeats}")
+    if opts.confirm_repeats < 3:
+        raise UsageError(f"--confirm-pairs must be >= 3 (the fewest pairs that can show a candidate better), got {opts.confirm_repeats}")
+    if not 0 < opts.confirm_share < 1:
+        raise UsageError(
+            f"--confirm-share must be a fraction of the run's wall time, 0 < share < 1 (default 0.2), got {opts.confirm_share}"
+        )
     if opts.confirm_samples is not None and opts.confirm_samples < 1:
         raise UsageError(f"--confirm-samples must be >= 1 (training samples per confirmation run), got {opts.confirm_samples}")
     if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
@@ -278,6 +283,7 @@ def run_flags(opts: SearchOptions) -> list[str]:
         "confirm",
         "confirm_repeats",
         "confirm_samples",
+        "confirm_share",
         "jobs",
         "sampler",
         "pruner",

@@ -81,7 +81,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     doc = {**user_config.get("extra", {}), **doc}
     loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
-    measured = speedup_line(confirmed_speed(study, settings, every), trial, baseline)
+    measured = speedup_line(confirmed_speed(study, settings, every), trial, baseline, settings.objective)
     header = [
         "autotune recommendation (LightningCLI config)",
         f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",

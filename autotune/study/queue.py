@@ -26,6 +26,7 @@ from autotune.space import baseline_params, suggest_config
 from autotune.storage import heartbeat_seconds, mask_url, retry_stale_trial
 from autotune.study.options import BASELINE_WAIT, _env_pruner, option_defaults
 from autotune.study.plan import live_runs
+from autotune.study.races import PAIR_ATTRS
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted
@@ -363,7 +364,7 @@ def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
 
 
 #: User attributes a queued trial was given that its retry keeps (what it is: baseline, stage, seed, confirmation).
-_QUEUED_ATTRS = ("baseline", "stage", "screen", "seeded_from", "confirm_of", "confirm_samples")
+_QUEUED_ATTRS = ("baseline", "stage", "screen", "seeded_from", "confirm_of", "confirm_samples", *PAIR_ATTRS)
 
 
 def _requeue_interrupted(study, numbers: Sequence[int]) -> None:

@@ -4,17 +4,16 @@ groups, and the recommendation."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping
 from typing import Any
 
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.confirm import ConfirmGroup, pick
 from autotune.errors import AutotuneError, UsageError
-from autotune.objective import TrialRecord, directions, recommend
+from autotune.objective import TrialRecord, recommend
 from autotune.samplers import grid_space
+from autotune.study.races import confirmation_of
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -196,61 +195,29 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
 
 
 def confirmation(study, settings: StudySettings, trials: list | None = None):
-    """The confirmation groups of the study's latest confirmation budget, and the :class:`autotune.confirm.Pick`.
+    """The study's paired confirmation at its latest confirmation budget (:mod:`autotune.study.races`).
 
     Args:
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
-        ``(groups, pick, samples)``, or ``None`` when the study has no confirmation run.
+        A :class:`autotune.study.races.Confirmation`, or ``None`` when the study has no paired run.
     """
 
-    every = study.get_trials(deepcopy=False) if trials is None else trials
-    runs = [t for t in every if "confirm_of" in t.user_attrs]
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
-    if not runs or baseline_info is None:
+    if baseline_info is None:
         return None
-    samples = runs[-1].user_attrs["confirm_samples"]
-    runs = [t for t in runs if t.user_attrs["confirm_samples"] == samples]
-    baseline_params = every[baseline_info["trial"]].params
-    by_config: dict[int, list] = {}  # the runs of each confirmed config, in the order their configs were first confirmed
-    for t in runs:
-        by_config.setdefault(t.user_attrs["confirm_of"], []).append(t)
-    groups = []
-    for number, mine in by_config.items():
-        complete = [t for t in mine if t.state.name == "COMPLETE"]
-        params = every[number].params
-        groups.append(
-            ConfirmGroup(
-                number=number,
-                values=tuple(_objective_value(t, settings.objective) for t in complete),
-                losses=tuple(float(t.user_attrs.get("loss", math.nan)) for t in complete),
-                failed=sum(t.state.name == "FAIL" for t in mine),
-                distance=sum(params.get(name) != value for name, value in baseline_params.items()),
-                baseline=number == baseline_info["trial"],
-                runs=tuple(t.number for t in complete),
-            )
-        )
-    maximize = directions(settings.objective, settings.mode)[0] == "maximize"
-    return groups, pick(groups, maximize, settings.loss_tolerance, settings.mode), samples
-
-
-def _objective_value(trial, objective: str) -> float:
-    """The figure a confirmation run is judged by (samples/s for ``throughput`` and ``pareto``)."""
-    attrs = trial.user_attrs
-    if objective == "time-to-quality":
-        return _seconds_to_target(attrs)
-    if objective == "goodput":
-        return float(attrs.get("goodput", math.nan))
-    return float(attrs.get("samples_per_sec", math.nan))
+    every = study.get_trials(deepcopy=False) if trials is None else trials
+    return confirmation_of(every, settings, baseline_info["trial"])
 
 
 def recommendation(study, settings: StudySettings, trials: list | None = None):
     """``(recommended_trial, baseline_trial)`` as Optuna FrozenTrials (either may be ``None``).
 
-    When the study has confirmation runs, the recommendation is the confirmed config
-    :func:`autotune.confirm.pick` chooses, represented by its run closest to its median, and the
-    baseline likewise by its median confirmation run (both at the confirmation budget); otherwise
+    When the study has paired confirmation runs, the recommendation is the config that won the last
+    race of the chain from the baseline, represented by its paired run closest to its median, and the
+    baseline by its paired run closest to its median in its first race (both at the confirmation
+    budget); when no race was won, the baseline itself is recommended (at 1.00x). Without paired runs:
     the best single search trial and the baseline trial.
 
     Args:
@@ -266,41 +233,36 @@ def recommendation(study, settings: StudySettings, trials: list | None = None):
     baseline = by_number.get(baseline_info["trial"])
     confirmed = confirmation(study, settings, every)
     if confirmed is not None:
-        groups, choice, _ = confirmed
-        base_group = next((g for g in groups if g.baseline), None)
-        if base_group is not None and base_group.median_run() is not None:
-            baseline = by_number[base_group.median_run()]
-        return (by_number[choice.chosen.median_run()] if choice.chosen else None), baseline
+        if confirmed.baseline_run is not None:
+            baseline = by_number[confirmed.baseline_run]
+        return (by_number[confirmed.chosen_run] if confirmed.chosen_run is not None else baseline), baseline
     best = recommend(_search_records(study, every), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
     return (by_number[best.number] if best else None), baseline
 
 
 def confirmed_speed(study, settings: StudySettings, trials: list | None = None) -> dict[str, Any] | None:
-    """Median samples/s of the recommended confirmed config's runs and of the baseline's, or ``None``.
+    """The recommended config's paired ratio over the baseline, or ``None`` without paired runs.
 
     Args:
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
-        ``{"trial", "samples_per_sec", "runs", "baseline_trial", "baseline_samples_per_sec", "baseline_runs", "samples"}``.
+        ``{"trial", "ratio", "low", "high", "pairs", "baseline_trial", "samples", "won"}``: the chosen
+        config's search trial, the ratio (> 1: better) and its 90% interval, the paired runs behind
+        it, the baseline's search trial, samples per paired run, and whether any race was won (else
+        the baseline is recommended at 1.00x).
     """
 
-    every = study.get_trials(deepcopy=False) if trials is None else trials
-    confirmed = confirmation(study, settings, every)
-    if confirmed is None or confirmed[1].chosen is None:
+    confirmed = confirmation(study, settings, trials)
+    if confirmed is None:
         return None
-    groups, choice, samples = confirmed
-    base = next((g for g in groups if g.baseline), None)
-
-    def speed(group) -> float:
-        return statistics.median(every[n].user_attrs["samples_per_sec"] for n in group.runs) if group and group.runs else math.nan
-
     return {
-        "trial": choice.chosen.number,
-        "samples_per_sec": speed(choice.chosen),
-        "runs": len(choice.chosen.runs),
-        "baseline_trial": base.number if base else None,
-        "baseline_samples_per_sec": speed(base),
-        "baseline_runs": len(base.runs) if base else 0,
-        "samples": samples,
+        "trial": confirmed.chosen,
+        "ratio": confirmed.ratio,
+        "low": confirmed.low,
+        "high": confirmed.high,
+        "pairs": confirmed.pairs,
+        "baseline_trial": confirmed.baseline,
+        "samples": confirmed.samples,
+        "won": bool(confirmed.won),
     }

@@ -1,5 +1,5 @@
-"""Entry points: ``autotune search`` (:func:`run_search`), ``autotune worker`` (:func:`run_worker`), and the
-confirmation runs after a search."""
+"""Entry points: ``autotune search`` (:func:`run_search`) and ``autotune worker`` (:func:`run_worker`); the
+paired confirmation after a search is :mod:`autotune.study.racing`."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ from autotune.study.options import (
 from autotune.study.plan import _Plan, _take_over, continue_line, stopped_runs
 from autotune.study.publish import _save_note, default_export_path, export_study
 from autotune.study.queue import _resume, drain_queue
-from autotune.study.records import _baseline_pending, configs_left, confirm_candidates, recommendation
+from autotune.study.racing import race_candidates
+from autotune.study.records import _baseline_pending, configs_left, recommendation
 from autotune.study.settings import (
     _METRIC_NAMES,
     BASELINE_ATTR,
@@ -134,13 +135,19 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
             space_line += f"; --enqueue's {len(seeds)} config(s) are queued by the next run"
     else:
         add, space_line = _trials_this_run(study, settings, opts, len(seeds), search)
+    confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     ui.search_started(settings, add)
+    if confirm and leader is None:
+        ui.info(
+            f"plan: {add} trial(s) + up to {2 * opts.confirm_repeats * confirm} paired confirmation run(s) "
+            f"({confirm} config(s) raced against the baseline, at most {opts.confirm_repeats} pairs each), "
+            f"within {opts.confirm_share:.0%} of the run's wall time"
+        )
     if space_line:
         ui.info(space_line)
     for line in epoch_lines(study):  # a resumed study: batch sizes an earlier trial showed are larger than an epoch
         ui.info(line)
     run_id = f"{os.getpid()}-{time.time():.0f}"
-    confirm = opts.confirm if opts.confirm is not None else _env_confirm()
     plan = _Plan(study, run_id, search, opts.trials)
     plan.flags = run_flags(opts)
     plan.confirm_left = confirm if leader is None else 0
@@ -151,14 +158,14 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         else:
             ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add, plan) if add else 0
         if confirm and leader is None:
-            ran += _confirm(
+            ran += race_candidates(
                 study,
                 settings,
                 ui,
                 confirm,
                 opts.confirm_repeats,
-                opts.confirm_samples or 2 * settings.samples,
-                jobs=opts.jobs,
+                opts.confirm_samples,
+                opts.confirm_share,
                 cold=opts.cold,
                 storage_url=storage_url,
                 run_id=run_id,
@@ -397,48 +404,6 @@ def _seeds(files: Sequence[str], settings: StudySettings) -> list[tuple[dict, di
         config = config_from_lightning_cli(document, settings.targets, baseline, source=file, searched=settings.space)
         seeds.append((params_of(config, settings.space, baseline, source=file), {"seeded_from": str(path)}))
     return seeds
-
-
-def _confirm(
-    study,
-    settings: StudySettings,
-    ui: UI,
-    k: int,
-    repeats: int,
-    samples: int,
-    *,
-    jobs: int,
-    cold: bool,
-    storage_url: str,
-    run_id: str | None = None,
-    plan: _Plan | None = None,
-) -> int:
-    """Queue and run the confirmation runs (see :mod:`autotune.confirm`); ``plan`` records that the
-    search run has queued them. Returns the runs this process ran."""
-    baseline_info = study.user_attrs.get(BASELINE_ATTR)
-    if baseline_info is None:
-        return 0
-    every = study.get_trials(deepcopy=False)
-    targets = [every[baseline_info["trial"]], *confirm_candidates(study, settings, k)]
-    queued = 0
-    for original in targets:
-        # runs of the same config (whichever search trial found it) at the same budget count
-        done = [
-            t
-            for t in every
-            if "confirm_of" in t.user_attrs and t.params == original.params and t.user_attrs.get("confirm_samples") == samples
-        ]
-        for _ in range(max(0, repeats - len(done))):
-            study.enqueue_trial(dict(original.params), user_attrs={"confirm_of": original.number, "confirm_samples": samples})
-            queued += 1
-    if plan is not None:
-        plan.confirm_left = 0
-        plan.save()
-    if not queued:
-        return 0
-    which = f"the {len(targets) - 1} best config(s) and the baseline" if len(targets) > 1 else "the baseline (no other feasible config)"
-    ui.stage(f"confirming {which}: {repeats} run(s) each of {samples} training samples ({queued} to run; --confirm 0 skips this)", queued)
-    return drain_queue(study, settings, ui, add=0, jobs=jobs, cold=cold, storage_url=storage_url, stage="confirm", run_id=run_id, plan=plan)
 
 
 def _search_node(num_nodes: int, node_rank: int | None, node_group: str | None):

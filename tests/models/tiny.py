@@ -7,6 +7,8 @@ trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every 
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
 ``TINY_SAMPLE_SLEEP=S`` makes every training step sleep ``S`` seconds per sample (longer trials).
 ``TINY_SLOW_BATCH=N`` makes every step of batch size ``N`` sleep 50 ms more (a slow config).
+``TINY_SLOW_WORKERS=N`` makes every step sleep 20 ms more when the training DataLoader has ``N`` workers
+(a slow config whose loss is the same as the others').
 ``TINY_MIB_PER_SAMPLE=M`` makes every step allocate and touch ``M`` MiB per sample (memory that grows
 with the batch, for the memory model on a CPU).
 ``TINY_ITERABLE=N`` makes the training set an ``IterableDataset`` that yields only its first ``N``
@@ -96,6 +98,8 @@ class TinyModel(pl.LightningModule):
             loss = loss + 0 * block.sum()
         if os.environ.get("TINY_SLOW_BATCH") and len(x) == int(os.environ["TINY_SLOW_BATCH"]):
             time.sleep(0.05)
+        if os.environ.get("TINY_SLOW_WORKERS") and self.trainer.train_dataloader.num_workers == int(os.environ["TINY_SLOW_WORKERS"]):
+            time.sleep(0.02)
         if os.environ.get("TINY_OOM_ABOVE") and len(x) > int(os.environ["TINY_OOM_ABOVE"]):
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (TINY_OOM_ABOVE={os.environ['TINY_OOM_ABOVE']}, batch {len(x)})")
         if FAULT == "oom" and batch_idx == 1:

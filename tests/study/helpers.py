@@ -93,11 +93,28 @@ def add(study, sps: float | None = 100.0, loss: float | None = 1.0, state: str =
     return frozen
 
 
-def confirm(study, of, values, loss: float = 1.0, samples: int = 2048, failed: int = 0):
-    """Confirmation runs of trial ``of``'s config at ``samples`` (one per value, then ``failed`` failed ones); returns them."""
-    original = study.get_trials(deepcopy=False)[of]
-    config = TrialConfig.from_dict(original.user_attrs["config"]).to_dict()
-    runs = [add(study, sps, loss, attrs={"confirm_of": of, "confirm_samples": samples}, **config) for sps in values]
-    runs += [add(study, None, None, state="FAIL", attrs={"confirm_of": of, "confirm_samples": samples, "fail_kind": "nonfinite_loss"},
-                 **config) for _ in range(failed)]
-    return runs
+def race(study, candidate, incumbent_values, candidate_values, incumbent: int = 0, incumbent_loss: float = 1.0,
+         candidate_loss: float = 1.0, samples: int = 2048, cap: int = 6, failed: int = 0):
+    """Paired runs of a race of trial ``candidate``'s config against trial ``incumbent``'s, stored as
+    :mod:`autotune.study.racing` stores them (pair ``i`` runs first what :func:`autotune.paired.runs_first`
+    says), then ``failed`` failed candidate runs in the next pairs. Returns ``[(incumbent run, candidate run)]``."""
+    from autotune.paired import runs_first
+
+    every = study.get_trials(deepcopy=False)
+    configs = {n: TrialConfig.from_dict(every[n].user_attrs["config"]).to_dict() for n in (incumbent, candidate)}
+    pairs = []
+    for i, (inc, cand) in enumerate(zip(incumbent_values, candidate_values)):
+        runs = {}
+        order = ("incumbent", "candidate") if runs_first(i) == "incumbent" else ("candidate", "incumbent")
+        for role in order:
+            of = incumbent if role == "incumbent" else candidate
+            attrs = {"confirm_of": of, "confirm_samples": samples, "pair_of": candidate, "pair_index": i, "incumbent": incumbent,
+                     "pair_cap": cap}
+            value, loss = (inc, incumbent_loss) if role == "incumbent" else (cand, candidate_loss)
+            runs[role] = add(study, value, loss, attrs=attrs, **configs[of])
+        pairs.append((runs["incumbent"], runs["candidate"]))
+    for j in range(failed):
+        attrs = {"confirm_of": candidate, "confirm_samples": samples, "pair_of": candidate, "pair_index": len(pairs) + j,
+                 "incumbent": incumbent, "pair_cap": cap, "fail_kind": "nonfinite_loss"}
+        add(study, None, None, state="FAIL", attrs=attrs, **configs[candidate])
+    return pairs

@@ -3,12 +3,13 @@
 import math
 
 import optuna
+import pytest
 
 from autotune.study import confirm_candidates, confirmation, recommendation, records_of
 from autotune.study.records import _baseline_pending, _first_baseline, _search_records
 from autotune.study.settings import StudySettings
 
-from .helpers import add, confirm, make_study
+from .helpers import add, make_study, race
 
 
 def _settings(study):
@@ -70,7 +71,7 @@ def test_short_runs_duplicates_and_confirmation_runs_are_not_search_records():
     add(study, 200.0, 1.0, attrs={"duplicate_of": full.number}, batch_size=32)
     assert [r.number for r in _search_records(study)] == [0, 1]
     assert recommendation(study, _settings(study))[0].number == full.number  # not the short run's 900 samples/s
-    confirm(study, full.number, [250.0])
+    race(study, full.number, [100.0], [250.0])
     assert [r.number for r in _search_records(study)] == [0, 1]
 
 
@@ -97,52 +98,53 @@ def test_confirm_candidates_are_the_best_distinct_feasible_configs_without_the_b
     assert confirm_candidates(study, settings, 0) == []
 
 
-def test_confirmation_groups_the_runs_of_the_latest_budget_per_config():
+def test_confirmation_reads_the_races_of_the_latest_budget():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     fast = add(study, 300.0, 1.0, batch_size=64, precision="bf16-mixed")
-    confirm(study, 0, [90.0, 95.0], samples=1024)  # an earlier confirmation at another budget
-    confirm(study, 0, [100.0, 104.0, 98.0], samples=4096)
-    confirm(study, fast.number, [280.0, 290.0], samples=4096, failed=1)
-    groups, choice, samples = confirmation(study, _settings(study))
-    assert samples == 4096
-    assert [(g.number, g.baseline, g.values, g.failed, g.distance) for g in groups] == [
-        (0, True, (100.0, 104.0, 98.0), 0, 0),
-        (fast.number, False, (280.0, 290.0), 1, 2),  # batch_size and precision differ from the baseline's
-    ]
-    assert choice.chosen is groups[0]  # the faster config had a failed run: ineligible
+    race(study, fast.number, [90.0, 95.0, 92.0], [300.0, 310.0, 305.0], samples=1024)  # an earlier budget: won there
+    race(study, fast.number, [100.0, 104.0], [280.0, 290.0], samples=4096, failed=1)
+    confirmed = confirmation(study, _settings(study))
+    assert confirmed.samples == 4096 and len(confirmed.races) == 1
+    (only,) = confirmed.races
+    assert (only.incumbent, only.candidate, len(only.pairs), only.verdict.outcome) == (0, fast.number, 2, "failed")
+    assert confirmed.chosen == 0 and confirmed.won == () and confirmed.ratio == 1.0  # a failed run: the baseline stays
 
 
-def test_with_confirmation_runs_the_chosen_configs_median_run_is_recommended():
+def test_the_winners_median_paired_run_is_recommended_and_the_baseline_its_median_paired_run():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     fast = add(study, 300.0, 1.0, batch_size=64)
-    add(study, 900.0, 1.0, batch_size=256)  # the best single run, never confirmed: not recommended
-    base_runs = confirm(study, 0, [104.0, 100.0, 98.0])
-    fast_runs = confirm(study, fast.number, [310.0, 250.0, 290.0])
+    add(study, 900.0, 1.0, batch_size=256)  # the best single run, never raced: not recommended
+    pairs = race(study, fast.number, [104.0, 100.0, 98.0], [310.0, 250.0, 290.0])
     recommended, baseline = recommendation(study, _settings(study))
-    assert recommended.number == fast_runs[2].number  # 290: the median, neither the fastest nor the first run
-    assert baseline.number == base_runs[1].number  # the baseline is its median confirmation run too
+    assert recommended.number == pairs[2][1].number  # 290: the median, neither the fastest nor the first run
+    assert baseline.number == pairs[1][0].number  # the baseline is its median paired run too
+    confirmed = confirmation(study, _settings(study))
+    assert confirmed.chosen == fast.number and confirmed.pairs == 3 and confirmed.low > 1.05
 
 
-def test_a_confirmed_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
+def test_a_candidate_that_wins_becomes_the_incumbent_of_the_next_race():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    a = add(study, 300.0, 1.0, batch_size=64)
+    b = add(study, 400.0, 1.0, batch_size=128)
+    race(study, a.number, [100.0, 102.0, 98.0], [200.0, 210.0, 205.0])
+    pairs = race(study, b.number, [200.0, 205.0, 202.0, 198.0], [260.0, 270.0, 265.0, 262.0], incumbent=a.number)
+    confirmed = confirmation(study, _settings(study))
+    assert [r.candidate for r in confirmed.won] == [a.number, b.number] and confirmed.chosen == b.number
+    assert confirmed.pairs == 7 and confirmed.ratio == pytest.approx(2.03 * 1.31, rel=0.03)
+    assert recommendation(study, _settings(study))[0].number in {p[1].number for p in pairs}
+
+
+def test_a_raced_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     fast = add(study, 300.0, 1.0, batch_size=64)
-    base_runs = confirm(study, 0, [100.0, 101.0, 99.0], loss=0.5)
-    confirm(study, fast.number, [300.0, 301.0, 299.0], loss=0.6)  # 20% above the baseline's median at this budget
-    assert recommendation(study, _settings(study))[0].number == base_runs[0].number
-
-
-def test_no_completed_baseline_confirmation_means_no_recommendation():
-    study = make_study()
-    base = add(study, 100.0, 1.0, baseline=True)
-    fast = add(study, 300.0, 1.0, batch_size=64)
-    confirm(study, 0, [], failed=2)
-    confirm(study, fast.number, [300.0, 305.0])
+    pairs = race(study, fast.number, [100.0, 101.0, 99.0], [300.0, 301.0, 299.0], incumbent_loss=0.5, candidate_loss=0.6)
     recommended, baseline = recommendation(study, _settings(study))
-    assert recommended is None  # nothing is recommended from single runs once the study confirms
-    assert baseline.number == base.number
+    assert recommended.number == baseline.number == pairs[0][0].number  # 20% above the baseline's loss: the baseline at 1.00x
+    assert confirmation(study, _settings(study)).races[0].verdict.outcome == "loss"
 
 
 def test_the_first_baseline_that_did_not_fail_is_the_studys_baseline():
@@ -174,17 +176,17 @@ def test_without_confirmation_optunas_best_trial_is_the_recommendation(tmp_path)
 
 
 def test_with_confirmation_optunas_best_trial_is_the_fastest_single_run_not_the_recommendation():
-    # what the README says: with confirmation, `optuna best-trial` names one lucky run; autotune the confirmed median
+    # what the README says: with confirmation, `optuna best-trial` names one lucky run; autotune the raced winner
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     add(study, 220.0, 1.0, batch_size=32)  # fast once
     add(study, 190.0, 1.0, batch_size=64)
-    confirm(study, 0, [100.0, 101.0, 99.0])
-    confirm(study, 1, [150.0, 152.0, 151.0])  # not borne out at the longer budget
-    runs = confirm(study, 2, [180.0, 182.0, 181.0])
+    race(study, 1, [100.0, 101.0, 99.0], [99.0, 102.0, 98.0])  # not borne out in paired runs
+    pairs = race(study, 2, [100.0, 101.0, 99.0], [180.0, 182.0, 181.0])
     recommended, _ = recommendation(study, _settings(study))
-    assert recommended.number == runs[2].number  # trial 2's config, its median run
+    assert recommended.number == pairs[2][1].number  # trial 2's config, its median paired run
     assert study.best_trial.number == 1  # the single fastest feasible trial
+
 
 class _GrowingStudy:
     """A study that another process adds a completed, faster trial to before every read of its trials
@@ -213,8 +215,7 @@ def test_queries_read_the_trials_once_while_other_processes_add_trials():
     assert candidates and all(c.user_attrs["samples_per_sec"] >= 200.0 for c in candidates)
     recommended, baseline = recommendation(growing, _settings(study))
     assert recommended is not None and recommended.user_attrs["samples_per_sec"] > 1000.0 and baseline.number == 0
-    confirm(study, recommended.number, [2000.0, 2100.0, 2200.0])
-    confirm(study, 0, [100.0, 100.0, 100.0])
+    race(study, recommended.number, [100.0, 100.0, 100.0], [2000.0, 2100.0, 2200.0])
     recommended, baseline = recommendation(growing, _settings(study))
     assert recommended is not None and baseline is not None
 

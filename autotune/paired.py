@@ -1,0 +1,274 @@
+"""Paired, sequential confirmation: is a candidate config really faster than the incumbent?
+
+After the search, the best configs (the candidates, best first) are *raced* one at a time against the
+*incumbent*: the baseline first, then any candidate that won. A race is a series of *pairs*: one run of
+the incumbent's config and one of the candidate's, back to back in the same warm process pool, the
+order alternating from pair to pair (pair 0 runs the incumbent first). Whatever the machine's load does
+over minutes, the two runs of a pair see nearly the same machine, so the pair's *log-ratio* cancels the
+drift that unpaired medians drown in (racing as in irace's F-race, Birattari et al. 2002, and SMAC's
+intensification, Hutter et al. 2011). This module holds the statistics, on plain numbers; the runs
+themselves are queued by :mod:`autotune.study.racing`.
+
+The decision rule (:func:`judge`), on ``d_i = log(candidate / incumbent)`` of the objective value
+(the inverse ratio for a minimised objective, so ``d_i > 0`` always means the candidate did better):
+
+- **Win**: at least ``min_pairs`` (3) pairs, and the lower end of the 90% Student-t interval of the
+  mean log-ratio is above ``log(1 + min_effect)`` (a one-sided 95% bound: the candidate is at least
+  5% better), and the exact one-sided sign test of "the candidate is better in more pairs than not"
+  has ``p <= 0.125`` (3 of 3, 4 of 4, 5 of 5 or 5 of 6 pairs). The t interval alone can be pulled by
+  one large pair; the sign test alone cannot say by how much. 0.125 is the smallest level three pairs
+  can reach (``0.5 ** 3``).
+- **Loss**: the candidate's median final loss over its paired runs breaks the study's loss tolerance
+  against the incumbent's median over the same pairs (judged from ``min_pairs`` on, as a win is).
+- **Slower**: the upper end of the interval is below ``log(1 + min_effect)`` (at least ``min_pairs``
+  pairs): the candidate cannot be 5% better; or it already lost so many pairs that the sign test
+  cannot pass within ``max_pairs``.
+- **Undecided**: ``max_pairs`` (6) pairs without a decision.
+- **Failed**: a paired run failed (a crash, a NaN, out of memory).
+
+Only a win changes the incumbent; every other outcome keeps it, so a config that was not shown better
+than the baseline is never recommended.
+
+Why a 5% minimum effect: on a 2-core machine the same 8,000-sample run measured twice differed by 13%;
+a pairing removes the drift but not that per-run jitter, and at most six pairs cannot tell a smaller
+effect from it. A change of config the user has to carry is also
+not worth less than a few percent.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.objective import constraint_value
+
+__all__ = [
+    "MAX_PAIRS",
+    "MIN_EFFECT",
+    "MIN_PAIRS",
+    "SIGN_ALPHA",
+    "Pair",
+    "Verdict",
+    "chain",
+    "fit_samples",
+    "judge",
+    "log_ratio",
+    "runs_first",
+]
+
+#: Smallest speed-up a candidate must be shown to have (a fraction; 0.05 = 5%, see the module docstring).
+MIN_EFFECT = 0.05
+#: Fewest pairs before any decision but "failed" or "slower by the sign test" (3: the sign test's floor).
+MIN_PAIRS = 3
+#: Most pairs of one race (``--confirm-pairs``).
+MAX_PAIRS = 6
+#: Level of the exact one-sided sign test (``0.5 ** MIN_PAIRS``).
+SIGN_ALPHA = 0.125
+#: A log-ratio is clipped to +-log(100) (a run that never reached its target: ``inf`` seconds).
+_CLIP = math.log(100.0)
+#: Student-t 0.95 quantiles for 1..30 degrees of freedom (a 90% two-sided interval; Fisher & Yates' tables).
+_T95 = (
+    6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+    1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+    1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One incumbent run and one candidate run, back to back.
+
+    Attributes:
+        incumbent: The incumbent run's objective value (samples/s, goodput samples/s, or seconds to target).
+        candidate: The candidate run's.
+        incumbent_loss: The incumbent run's final loss.
+        candidate_loss: The candidate run's.
+        runs: ``(incumbent trial number, candidate trial number)`` (``(-1, -1)`` when not from a study).
+    """
+
+    incumbent: float
+    candidate: float
+    incumbent_loss: float = 1.0
+    candidate_loss: float = 1.0
+    runs: tuple[int, int] = (-1, -1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`judge` decided about one race.
+
+    Attributes:
+        outcome: ``win``, ``slower``, ``loss``, ``failed``, ``undecided`` (the pair cap), or ``running``
+            (more pairs are needed).
+        pairs: Completed pairs judged (>= 0).
+        ratio: ``exp(mean log-ratio)``: how many times better the candidate is (> 1: better); NaN without pairs.
+        low, high: The 90% t interval of the ratio (NaN below 2 pairs).
+        better: Pairs in which the candidate did better.
+        sign_p: The exact one-sided sign test's p-value (1.0 without pairs).
+        reason: One line saying why (empty while running).
+    """
+
+    outcome: str
+    pairs: int
+    ratio: float
+    low: float
+    high: float
+    better: int
+    sign_p: float
+    reason: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != "running"
+
+    @property
+    def log_se(self) -> float:
+        """Standard error of the mean log-ratio, recovered from the interval (NaN below 2 pairs)."""
+        if self.pairs < 2 or not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low <= 0:
+            return math.nan
+        return (math.log(self.high) - math.log(self.low)) / (2 * _t95(self.pairs - 1))
+
+
+def runs_first(pair_index: int) -> str:
+    """Which config runs first in pair ``pair_index`` (>= 0): ``incumbent`` for even pairs, ``candidate`` for odd."""
+    return "incumbent" if pair_index % 2 == 0 else "candidate"
+
+
+def log_ratio(incumbent: float, candidate: float, maximize: bool) -> float:
+    """``log(candidate / incumbent)`` (``log(incumbent / candidate)`` when minimising), clipped to +-log(100).
+
+    A value that is not a positive finite number is worse than any other (``inf`` seconds to target
+    when minimising: never reached; NaN or <= 0 samples/s when maximising); both such: 0.
+    """
+
+    def good(v: float) -> bool:
+        return math.isfinite(v) and v > 0
+
+    if not good(incumbent) or not good(candidate):
+        return 0.0 if good(incumbent) == good(candidate) else (_CLIP if good(candidate) else -_CLIP)
+    d = math.log(candidate / incumbent) if maximize else math.log(incumbent / candidate)
+    return max(-_CLIP, min(_CLIP, d))
+
+
+def _t95(df: int) -> float:
+    return _T95[min(df, len(_T95)) - 1] if df >= 1 else math.inf
+
+
+def _sign_p(better: int, n: int) -> float:
+    """Exact one-sided binomial p-value ``P(X >= better)`` for ``X ~ Binomial(n, 1/2)``."""
+    return sum(math.comb(n, k) for k in range(better, n + 1)) / 2**n if n else 1.0
+
+
+def _can_still_win(better: int, n: int, max_pairs: int) -> bool:
+    """Whether some count of pairs up to ``max_pairs`` could still pass the sign test (all later pairs better)."""
+    return any(_sign_p(better + (m - n), m) <= SIGN_ALPHA for m in range(max(n, 1), max_pairs + 1))
+
+
+def judge(
+    pairs: Sequence[Pair],
+    maximize: bool,
+    tolerance: float,
+    mode: str = "min",
+    *,
+    failed: int = 0,
+    min_effect: float = MIN_EFFECT,
+    min_pairs: int = MIN_PAIRS,
+    max_pairs: int = MAX_PAIRS,
+) -> Verdict:
+    """Decide a race from its completed pairs (the rule is in the module docstring).
+
+    Args:
+        pairs: The race's completed pairs, in order.
+        maximize: Whether a larger objective value is better (samples/s) or smaller (seconds).
+        tolerance: The study's loss tolerance, ``0 <= tolerance < 1``.
+        mode: ``"min"`` or ``"max"``, as for the loss tolerance.
+        failed: Paired runs that failed (> 0 decides ``failed``).
+        min_effect: Smallest improvement a win must show, a fraction ``>= 0`` (0.05: 5%).
+        min_pairs: Fewest pairs for a win, a loss or an interval decision (>= 2).
+        max_pairs: The pair cap (>= ``min_pairs``).
+
+    Returns:
+        A :class:`Verdict`; ``running`` when another pair is needed.
+
+    Raises:
+        ValueError: ``min_pairs < 2`` or ``max_pairs < min_pairs``.
+    """
+    if min_pairs < 2 or max_pairs < min_pairs:
+        raise ValueError(f"need 2 <= min_pairs <= max_pairs, got min_pairs={min_pairs}, max_pairs={max_pairs}")
+    d = [log_ratio(p.incumbent, p.candidate, maximize) for p in pairs]
+    n = len(d)
+    better = sum(x > 0 for x in d)
+    sign_p = _sign_p(better, n)
+    mean = statistics.fmean(d) if d else math.nan
+    half = _t95(n - 1) * statistics.stdev(d) / math.sqrt(n) if n >= 2 else math.nan
+    ratio, low, high = math.exp(mean) if d else math.nan, math.exp(mean - half), math.exp(mean + half)
+    threshold = math.log1p(min_effect)
+
+    def verdict(outcome: str, reason: str = "") -> Verdict:
+        return Verdict(outcome, n, ratio, low, high, better, sign_p, reason)
+
+    if failed:
+        return verdict("failed", f"{failed} paired run(s) failed")
+    if n and not _can_still_win(better, n, max_pairs):
+        return verdict("slower", f"better in only {better} of {n} pairs: the sign test cannot pass within {max_pairs} pairs")
+    if n < min_pairs:
+        return verdict("running")
+    mine = statistics.median(p.candidate_loss for p in pairs)
+    theirs = statistics.median(p.incumbent_loss for p in pairs)
+    if constraint_value(mine, theirs, tolerance, mode) > 0:
+        return verdict("loss", f"median paired loss {mine:.4g} above the incumbent's {theirs:.4g} + {tolerance:.0%}")
+    if mean - half > threshold and sign_p <= SIGN_ALPHA:
+        return verdict("win", f"better in {better} of {n} pairs, interval above {1 + min_effect:.2f}x")
+    if mean + half < threshold:
+        return verdict("slower", f"interval below the minimum effect {1 + min_effect:.2f}x")
+    if n >= max_pairs:
+        return verdict("undecided", f"{n} pairs (the cap) without a decision: not shown {min_effect:.0%} better")
+    return verdict("running")
+
+
+def chain(verdicts: Sequence[Verdict]) -> tuple[float, float, float, int]:
+    """The ratio over the baseline of a chain of won races (each won against the previous winner).
+
+    The log-ratios add up; the interval's half-width is the root sum of squares of the races' standard
+    errors times the t quantile of the race with the fewest pairs (conservative: fewer degrees of freedom).
+
+    Args:
+        verdicts: The won races, the first one against the baseline.
+
+    Returns:
+        ``(ratio, low, high, pairs)``: ratio and its 90% interval (> 1: better), and the pairs in all;
+        ``(1.0, 1.0, 1.0, 0)`` for no race.
+    """
+    if not verdicts:
+        return 1.0, 1.0, 1.0, 0
+    if len(verdicts) == 1:
+        v = verdicts[0]
+        return v.ratio, v.low, v.high, v.pairs
+    mean = sum(math.log(v.ratio) for v in verdicts)
+    se = math.sqrt(sum(v.log_se**2 for v in verdicts))
+    half = _t95(min(v.pairs for v in verdicts) - 1) * se
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), sum(v.pairs for v in verdicts)
+
+
+def fit_samples(budget: float, pairs: int, runs: Sequence[tuple[float, float]], floor: int, ceiling: int) -> int:
+    """Training samples per confirmation run so that ``pairs`` pairs fit in ``budget`` seconds.
+
+    A run of ``s`` samples of a config is modelled as ``overhead + s / samples_per_sec`` seconds, both
+    measured by its search trial (the overhead: start-up, warm-up, validation).
+
+    Args:
+        budget: Seconds the confirmation may take (>= 0).
+        pairs: Pairs that must fit (>= 1).
+        runs: ``(overhead seconds >= 0, samples/s > 0)`` of the incumbent and of the candidate.
+        floor, ceiling: The answer is clamped to ``[floor, ceiling]`` (1 <= floor <= ceiling).
+
+    Returns:
+        Samples per run, a whole number in ``[floor, ceiling]``.
+    """
+    per_pair = budget / pairs - sum(o for o, _ in runs)
+    rate = sum(1.0 / sps for _, sps in runs if sps > 0)
+    if rate <= 0 or not math.isfinite(per_pair):
+        return ceiling
+    return int(max(floor, min(ceiling, per_pair / rate)))

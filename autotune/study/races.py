@@ -1,0 +1,203 @@
+"""The confirmation races stored in a study, read back (:mod:`autotune.paired` decides them).
+
+Every paired run is an ordinary trial with these user attributes:
+
+- ``confirm_of``: the search trial whose config it runs; ``confirm_samples``: its training samples;
+- ``pair_of``: the candidate's search trial (which race); ``incumbent``: the incumbent's search trial;
+- ``pair_index``: the pair's place in the race (0, 1, ...); ``pair_cap``: the race's most pairs.
+
+A race is keyed by ``(incumbent, pair_of, confirm_samples)``: re-reading the same stored runs gives
+the same verdict, so a resumed search continues a race from its stored pairs and a finished race is
+never run again. The chain of races starts at the baseline; a won race makes its candidate the
+incumbent of the next.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.objective import directions
+from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge
+from autotune.study.settings import StudySettings
+
+__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "confirmation_of", "objective_value", "races_of"]
+
+#: User attributes of a paired run besides ``confirm_of`` and ``confirm_samples`` (kept on a retry).
+PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap")
+
+
+@dataclass(frozen=True)
+class Race:
+    """One race's stored runs and its verdict.
+
+    Attributes:
+        incumbent: The incumbent's search trial (its config).
+        candidate: The candidate's search trial.
+        samples: Training samples per run.
+        cap: The race's most pairs (``pair_cap``).
+        pairs: Its completed pairs, by pair index.
+        verdict: :func:`autotune.paired.judge` of ``pairs`` (``running`` when more pairs are needed).
+        pending: Its runs still waiting or running.
+        missing: ``(pair index, role)`` of the runs the next pair still needs (role ``incumbent`` or
+            ``candidate``), in the order they run; empty when every started pair has its two runs.
+        next_index: The index of the next pair to start.
+    """
+
+    incumbent: int
+    candidate: int
+    samples: int
+    cap: int
+    pairs: tuple[Pair, ...]
+    verdict: Verdict
+    pending: int = 0
+    missing: tuple[tuple[int, str], ...] = ()
+    next_index: int = 0
+
+    @property
+    def stopped(self) -> bool:
+        """Undecided and nothing left to run: stopped by the confirmation budget (or an interruption)."""
+        return not self.verdict.decided and not self.pending
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A study's confirmation: its races at the latest confirmation budget, and the outcome.
+
+    Attributes:
+        races: Every race at ``samples``, in the order they started.
+        won: The chain of won races from the baseline (each against the previous winner).
+        baseline: The baseline's search trial.
+        chosen: The recommended config's search trial (``baseline`` when no race was won).
+        samples: Training samples per paired run.
+        ratio, low, high: How many times better the chosen config is than the baseline, and its 90%
+            interval (:func:`autotune.paired.chain`; 1.0 each when nothing won).
+        pairs: Paired runs behind ``ratio`` (0 when nothing won).
+        chosen_run: The chosen config's paired run closest to the median of its last race (``None``:
+            the baseline was chosen and ran in no pair).
+        baseline_run: The baseline's paired run closest to the median of its first race, or ``None``.
+    """
+
+    races: tuple[Race, ...]
+    won: tuple[Race, ...]
+    baseline: int
+    chosen: int
+    samples: int
+    ratio: float
+    low: float
+    high: float
+    pairs: int
+    chosen_run: int | None
+    baseline_run: int | None
+
+
+def objective_value(trial: Any, objective: str) -> float:
+    """The figure a paired run is judged by: samples/s (``throughput``, ``pareto``), goodput samples/s,
+    or seconds to the target (``time-to-quality``; ``inf`` when never reached)."""
+    attrs = trial.user_attrs
+    if objective == "time-to-quality":
+        if "time_to_target" not in attrs:
+            return math.nan
+        return math.inf if attrs["time_to_target"] is None else float(attrs["time_to_target"])
+    if objective == "goodput":
+        return float(attrs.get("goodput", math.nan))
+    return float(attrs.get("samples_per_sec", math.nan))
+
+
+def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None = None) -> list[Race]:
+    """The races stored in ``trials`` (runs at ``samples`` only, when given), in the order they started.
+
+    Args:
+        trials: Frozen trials of one study (digests will do).
+        settings: Its settings (objective, loss tolerance, mode).
+        samples: Only the runs of this confirmation budget.
+    """
+    maximize = directions(settings.objective, settings.mode)[0] == "maximize"
+    by_key: dict[tuple[int, int, int], dict[tuple[int, str], list]] = {}
+    for t in trials:
+        attrs = t.user_attrs
+        if "pair_of" not in attrs or (samples is not None and attrs.get("confirm_samples") != samples):
+            continue
+        key = (int(attrs["incumbent"]), int(attrs["pair_of"]), int(attrs["confirm_samples"]))
+        role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
+        by_key.setdefault(key, {}).setdefault((int(attrs["pair_index"]), role), []).append(t)
+    races = []
+    for (incumbent, candidate, budget), runs in by_key.items():
+        cap = max(int(t.user_attrs.get("pair_cap") or MAX_PAIRS) for mine in runs.values() for t in mine)
+        races.append(_race(incumbent, candidate, budget, cap, runs, maximize, settings))
+    return races
+
+
+def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, maximize: bool, settings: StudySettings) -> Race:
+    """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it)."""
+    pairs, failed, pending, missing = [], 0, 0, []
+    indices = sorted({i for i, _ in runs})
+    for i in indices:
+        slot = {}
+        for role in ("incumbent", "candidate"):
+            tries = runs.get((i, role), [])
+            done = [t for t in tries if t.state.name == "COMPLETE"]
+            if done:
+                slot[role] = done[0]
+            elif any(t.state.name in ("WAITING", "RUNNING") for t in tries):
+                pending += 1
+            elif any(t.state.name == "FAIL" and t.user_attrs.get("fail_kind") != "interrupted" for t in tries):
+                failed += 1
+            else:  # never queued, or interrupted and not queued again: the next run queues it
+                missing.append((i, role))
+        if len(slot) == 2:
+            inc, cand = slot["incumbent"], slot["candidate"]
+            pairs.append(
+                Pair(
+                    objective_value(inc, settings.objective),
+                    objective_value(cand, settings.objective),
+                    float(inc.user_attrs.get("loss", math.nan)),
+                    float(cand.user_attrs.get("loss", math.nan)),
+                    (inc.number, cand.number),
+                )
+            )
+    verdict = judge(pairs, maximize, settings.loss_tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3))
+    first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
+    missing.sort(key=lambda m: (m[0], m[1] != first))
+    return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)
+
+
+def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: int) -> Confirmation | None:
+    """The study's confirmation at its latest confirmation budget (the budget of its last paired run).
+
+    Args:
+        trials: Frozen trials of one study.
+        settings: Its settings.
+        baseline: The baseline's search trial.
+
+    Returns:
+        A :class:`Confirmation`, or ``None`` when the study has no paired run.
+    """
+    paired = [t for t in trials if "pair_of" in t.user_attrs]
+    if not paired:
+        return None
+    samples = int(paired[-1].user_attrs["confirm_samples"])
+    races = races_of(trials, settings, samples)
+    won, incumbent = [], baseline
+    for race in races:
+        if race.incumbent == incumbent and race.verdict.outcome == "win":
+            won.append(race)
+            incumbent = race.candidate
+    ratio, low, high, pairs = chain([r.verdict for r in won])
+    by_number = {t.number: t for t in trials}
+    first = next((r for r in races if r.incumbent == baseline and r.pairs), None)
+    chosen_run = _median_run(won[-1], "candidate", by_number, settings.objective) if won else None
+    base_run = _median_run(first, "incumbent", by_number, settings.objective) if first else None
+    return Confirmation(tuple(races), tuple(won), baseline, incumbent, samples, ratio, low, high, pairs, chosen_run, base_run)
+
+
+def _median_run(race: Race, role: str, by_number: dict[int, Any], objective: str) -> int:
+    """The run of ``role`` in ``race`` whose objective value is closest to the median of that role's runs."""
+    numbers = [p.runs[0] if role == "incumbent" else p.runs[1] for p in race.pairs]
+    values = [objective_value(by_number[n], objective) for n in numbers]
+    finite = [v for v in values if math.isfinite(v)]
+    middle = statistics.median(finite) if finite else math.nan
+    return min(zip(numbers, values), key=lambda nv: abs(nv[1] - middle) if math.isfinite(nv[1]) else math.inf)[0]

@@ -1,0 +1,228 @@
+"""The paired confirmation runs after a search: each candidate raced against the incumbent, pair by pair.
+
+The candidates are the ``--confirm`` best distinct feasible configs of the search, best first
+(:func:`autotune.study.records.confirm_candidates`); the incumbent is the baseline until a candidate
+wins (:mod:`autotune.paired` decides). A pair's two runs are queued together, in the order
+:func:`autotune.paired.runs_first` gives, and run one at a time in this process (whatever ``--jobs``)
+from one warm process pool kept for the whole confirmation; the verdict is read again from the
+stored runs after every pair (:mod:`autotune.study.races`), so a resumed search continues each race
+where it stopped and a decided race is never run again.
+
+The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
+run's wall time, i.e. ``share / (1 - share)`` (0.25) times the study's search seconds. No pair starts
+when the confirmation seconds so far plus the pair's expected seconds would pass it, except the first
+race's first :data:`autotune.paired.MIN_PAIRS` pairs (the training samples per run are chosen so
+that these fit: :func:`autotune.paired.fit_samples`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+from autotune.jobs import SlotPools
+from autotune.paired import MIN_PAIRS, fit_samples, runs_first
+from autotune.study.queue import drain_queue
+from autotune.study.races import Race, races_of
+from autotune.study.records import _budget, confirm_candidates
+from autotune.study.settings import BASELINE_ATTR, StudySettings
+from autotune.summary import ratio_text
+from autotune.ui import UI
+
+__all__ = ["confirm_budget", "confirm_samples", "race_candidates", "run_seconds"]
+
+
+def confirm_budget(study, share: float) -> tuple[float, float, float]:
+    """``(search seconds, confirmation seconds spent, confirmation seconds allowed)`` of a study.
+
+    The seconds are the wall times of the study's stored runs (its ``runs`` attribute, one record per
+    drain of the queue): confirmation records (``stage`` ``confirm``) against all others. Allowed:
+    ``share / (1 - share)`` times the search's, so that confirmation is ``share`` of the total.
+
+    Args:
+        study: The study.
+        share: The fraction of the run's wall time confirmation may take, ``0 < share < 1``.
+    """
+    runs = study.user_attrs.get("runs") or []
+    search = sum(float(r.get("wall_seconds") or 0.0) for r in runs if r.get("stage") != "confirm")
+    spent = sum(float(r.get("wall_seconds") or 0.0) for r in runs if r.get("stage") == "confirm")
+    return search, spent, share / (1.0 - share) * search
+
+
+def run_seconds(trial, settings: StudySettings, samples: int) -> tuple[float, float]:
+    """``(overhead seconds, samples/s)`` a run of ``trial``'s config is expected to take, from the trial itself.
+
+    The overhead is the trial's wall time less its training samples over its samples/s (start-up,
+    warm-up, validation; >= 0). A run of ``samples`` then takes ``overhead + samples / samples_per_sec``.
+    """
+    sps = float(trial.user_attrs.get("samples_per_sec") or 0.0)
+    if trial.datetime_start is None or trial.datetime_complete is None or sps <= 0:
+        return 0.0, sps
+    wall = (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return max(0.0, wall - _budget(trial.user_attrs, settings) / sps), sps
+
+
+def confirm_samples(study, settings: StudySettings, given: int | None, first: Any, base: Any, share: float) -> tuple[int, str]:
+    """Training samples per paired run, and the words that say where they come from.
+
+    ``given`` (``--confirm-samples``) first; else the budget of the study's last paired run (a
+    resumed confirmation continues its races); else what fits :data:`MIN_PAIRS` pairs of the best
+    candidate ``first`` against the baseline ``base`` in the budget (:func:`confirm_budget`), between
+    half and twice the study's ``samples``.
+    """
+    if given:
+        return given, "--confirm-samples"
+    stored = [t.user_attrs["confirm_samples"] for t in study.get_trials(deepcopy=False) if "pair_of" in t.user_attrs]
+    if stored:
+        return int(stored[-1]), "the study's stored races"
+    _, spent, allowed = confirm_budget(study, share)
+    runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
+    samples = fit_samples(allowed - spent, MIN_PAIRS, runs, floor=max(1, settings.samples // 2), ceiling=2 * settings.samples)
+    return samples, f"what fits {MIN_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+
+
+def race_candidates(
+    study,
+    settings: StudySettings,
+    ui: UI,
+    k: int,
+    cap: int,
+    samples: int | None,
+    share: float,
+    *,
+    cold: bool,
+    storage_url: str,
+    run_id: str | None = None,
+    plan: Any = None,
+) -> int:
+    """Race the ``k`` best configs of the search against the incumbent (the module docstring).
+
+    Args:
+        study, settings, ui: The study, its settings and the output.
+        k: Candidates to race (>= 1).
+        cap: Most pairs of a race (>= 3).
+        samples: Training samples per paired run (``--confirm-samples``), or ``None``: :func:`confirm_samples`.
+        share: Most of the run's wall time confirmation takes, ``0 < share < 1``.
+        cold: Start runs as fresh processes instead of forking warm ones.
+        storage_url: For the resume command.
+        run_id, plan: The search run's id and :class:`autotune.study.plan._Plan`.
+
+    Returns:
+        The paired runs this process ran.
+
+    Raises:
+        Interrupted: Ctrl-C; the running run is stored as interrupted and the next search continues the race.
+    """
+    baseline_info = study.user_attrs.get(BASELINE_ATTR)
+    if plan is not None:
+        plan.confirm_left = 0  # pairs are queued one at a time by this process: no worker waits for them
+        plan.save()
+    if baseline_info is None:
+        return 0
+    base = study.get_trials(deepcopy=False)[baseline_info["trial"]]
+    candidates = confirm_candidates(study, settings, k)
+    if not candidates:
+        ui.info("confirmation: no feasible config other than the baseline to race; the baseline is recommended")
+        return 0
+    samples, source = confirm_samples(study, settings, samples, candidates[0], base, share)
+    search_s, spent, allowed = confirm_budget(study, share)
+    ui.stage(
+        f"confirming: racing {len(candidates)} config(s), best first, against the baseline in pairs of back-to-back runs "
+        f"({MIN_PAIRS} to {cap} pairs each) of {samples} training samples ({source}); budget {allowed:.0f} s "
+        f"({share:.0%} of the run: {search_s:.0f} s searched, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
+        0,
+    )
+    pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    ran, incumbent = 0, base
+    try:
+        for i, candidate in enumerate(candidates):
+            race, done = _run_race(study, settings, ui, incumbent, candidate, samples, cap, share, i == 0, pools, storage_url, run_id, plan)
+            ran += done
+            versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
+            v = race.verdict
+            figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, versus) if v.pairs else f"vs {versus}"
+            ui.info(
+                f"race: trial {candidate.number}'s config, {figure}: {v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
+            )
+            if v.outcome == "win":
+                incumbent = candidate
+            if race.stopped:
+                ui.info(f"confirmation budget spent ({allowed:.0f} s, {share:.0%} of the run): the remaining candidates are not raced")
+                break
+    finally:
+        pools.close()
+        shutil.rmtree(pools.log_dir, ignore_errors=True)
+    return ran
+
+
+def _current(study, settings: StudySettings, incumbent: int, candidate: int, samples: int, cap: int) -> Race:
+    """The race ``incumbent`` vs ``candidate`` at ``samples`` as stored (an empty one when none is)."""
+    for race in races_of(study.get_trials(deepcopy=False), settings, samples):
+        if (race.incumbent, race.candidate) == (incumbent, candidate):
+            return race
+    from autotune.paired import judge
+
+    return Race(incumbent, candidate, samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
+
+
+def _run_race(study, settings, ui, incumbent, candidate, samples, cap, share, first, pools, storage_url, run_id, plan) -> tuple[Race, int]:
+    """Queue and run pairs of one race until it is decided or the budget stops it. Returns ``(race, runs this process ran)``."""
+    ran, last = 0, None
+    while True:
+        race = _current(study, settings, incumbent.number, candidate.number, samples, cap)
+        if race.verdict.decided:
+            return race, ran
+        if not race.pending and not race.missing:
+            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, share, first):
+                return race, ran
+            wanted = [(race.next_index, runs_first(race.next_index))]
+            wanted.append((race.next_index, "candidate" if wanted[0][1] == "incumbent" else "incumbent"))
+        else:
+            wanted = list(race.missing)
+        state = (len(race.pairs), race.pending, race.missing)
+        if state == last:  # nothing moved since the last drain (another process holds the runs): stop here
+            return race, ran
+        last = state
+        for index, role in wanted:
+            config = candidate if role == "candidate" else incumbent
+            attrs = {
+                "confirm_of": config.number,
+                "confirm_samples": samples,
+                "pair_of": candidate.number,
+                "pair_index": index,
+                "incumbent": incumbent.number,
+                "pair_cap": cap,
+            }
+            study.enqueue_trial(dict(config.params), user_attrs=attrs)
+        ui.stage(f"pair {race.next_index if not race.missing else race.missing[0][0]}: trial {candidate.number}'s config", len(wanted))
+        ran += drain_queue(
+            study,
+            settings,
+            ui,
+            add=0,
+            jobs=1,
+            cold=pools.cold,
+            storage_url=storage_url,
+            stage="confirm",
+            pools=pools,
+            run_id=run_id,
+            plan=plan,
+        )
+
+
+def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, share: float, first: bool) -> bool:
+    """Whether the next pair of ``race`` would take confirmation past its budget (never before the
+    first race has its minimum pairs)."""
+    if first and len(race.pairs) < MIN_PAIRS:
+        return False
+    _, spent, allowed = confirm_budget(study, share)
+    if race.pairs:
+        every = study.get_trials(deepcopy=False)
+        pair = [every[n] for n in race.pairs[-1].runs]
+        expected = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in pair if t.datetime_complete and t.datetime_start)
+    else:
+        expected = sum(
+            o + race.samples / sps for o, sps in (run_seconds(t, settings, race.samples) for t in (incumbent, candidate)) if sps > 0
+        )
+    return spent + expected > allowed

@@ -1,0 +1,106 @@
+"""The paired racing rule on fixed data: drift, ties, the loss check, failures, the cap, and the chain."""
+
+import math
+import statistics
+
+import pytest
+
+from autotune.paired import Pair, chain, fit_samples, judge, log_ratio, runs_first
+
+#: The machine's load over a race: each pair runs at a different speed factor (other work comes and goes).
+DRIFT = (1.0, 0.3, 0.6, 0.15, 0.8, 0.4)
+
+
+def _pairs(incumbent, candidate, losses=(1.0, 1.0)):
+    return [Pair(i, c, *losses) for i, c in zip(incumbent, candidate)]
+
+
+def test_drift_defeats_unpaired_medians_but_the_paired_rule_decides_a_win():
+    base = [100 * f for f in DRIFT[:3]]
+    fast = [130 * f * j for f, j in zip(DRIFT[:3], (1.02, 0.97, 1.01))]  # 1.3x in every pair
+    # the old unpaired rule: the medians differ by less than the max-min spread of either: "within noise"
+    assert abs(statistics.median(fast) - statistics.median(base)) <= max(max(base) - min(base), max(fast) - min(fast))
+    got = judge(_pairs(base, fast), maximize=True, tolerance=0.05)
+    assert got.outcome == "win" and got.pairs == 3 and got.better == 3 and got.sign_p == 0.125
+    assert got.low > 1.05 and got.ratio == pytest.approx(1.3, rel=0.02) and got.low < got.ratio < got.high
+
+
+def test_a_race_needs_the_minimum_pairs_before_a_win():
+    got = judge(_pairs([100, 100], [200, 200]), maximize=True, tolerance=0.05)
+    assert got.outcome == "running" and not got.decided and got.ratio == pytest.approx(2.0)
+
+
+def test_a_tie_stops_once_the_sign_test_cannot_pass():
+    jitter = (1.03, 0.97, 1.02, 0.98, 1.01, 0.99)  # the same config: better in every other pair
+    base = [100 * f for f in DRIFT]
+    same = [100 * f * j for f, j in zip(DRIFT, jitter)]
+    assert judge(_pairs(base[:3], same[:3]), maximize=True, tolerance=0.05).outcome == "running"  # 5 of 6 still possible
+    got = judge(_pairs(base[:4], same[:4]), maximize=True, tolerance=0.05)
+    assert got.outcome == "slower" and got.better == 2 and got.low < 1.0 < got.high
+    assert got.reason == "better in only 2 of 4 pairs: the sign test cannot pass within 6 pairs"
+
+
+def test_the_cap_ends_a_race_better_in_every_pair_but_too_noisy_to_clear_the_minimum_effect():
+    ratios = (1.5, 1.02, 1.6, 1.01, 1.45, 1.02)
+    base = [100 * f for f in DRIFT]
+    noisy = [b * r for b, r in zip(base, ratios)]
+    for n in range(3, 6):
+        assert judge(_pairs(base[:n], noisy[:n]), maximize=True, tolerance=0.05).outcome == "running"
+    got = judge(_pairs(base, noisy), maximize=True, tolerance=0.05)
+    assert got.outcome == "undecided" and got.pairs == 6 and got.better == 6 and got.low < 1.05 < got.ratio
+    assert "not shown 5% better" in got.reason
+    capped = judge(_pairs(base[:3], noisy[:3]), maximize=True, tolerance=0.05, max_pairs=3)
+    assert capped.outcome == "undecided" and capped.pairs == 3
+
+
+def test_a_faster_candidate_whose_loss_breaks_the_tolerance_does_not_win():
+    got = judge(_pairs([100, 100, 100], [200, 210, 190], losses=(1.0, 1.2)), maximize=True, tolerance=0.05)
+    assert got.outcome == "loss" and got.reason.startswith("median paired loss 1.2 above the incumbent's 1")
+
+
+def test_a_clearly_slower_candidate_stops_after_two_pairs():
+    got = judge(_pairs([100, 100], [80, 70]), maximize=True, tolerance=0.05)
+    assert got.outcome == "slower" and "sign test cannot pass within 6 pairs" in got.reason
+
+
+def test_an_interval_below_the_minimum_effect_stops_the_race():
+    base = [100.0] * 4
+    barely = [103.0, 102.0, 102.5, 101.5]  # better in every pair, but surely by less than 5%
+    got = judge(_pairs(base, barely), maximize=True, tolerance=0.05)
+    assert got.outcome == "slower" and got.high < 1.05 and got.better == 4
+
+
+def test_a_failed_run_ends_the_race():
+    got = judge(_pairs([100], [300]), maximize=True, tolerance=0.05, failed=1)
+    assert got.outcome == "failed" and got.reason == "1 paired run(s) failed"
+
+
+def test_a_minimised_objective_wins_with_fewer_seconds():
+    got = judge(_pairs([10.0, 12.0, 9.0], [6.0, 7.5, 5.2]), maximize=False, tolerance=0.05)
+    assert got.outcome == "win" and got.ratio > 1.5
+    assert log_ratio(10.0, math.inf, maximize=False) < 0 < log_ratio(math.inf, 5.0, maximize=False)
+    assert log_ratio(math.nan, math.nan, maximize=True) == 0.0
+
+
+def test_the_order_alternates_and_bad_limits_are_refused():
+    assert [runs_first(i) for i in range(4)] == ["incumbent", "candidate", "incumbent", "candidate"]
+    with pytest.raises(ValueError, match="min_pairs <= max_pairs"):
+        judge([], maximize=True, tolerance=0.05, min_pairs=4, max_pairs=3)
+
+
+def test_a_chain_of_wins_multiplies_the_ratios_and_widens_the_interval():
+    first = judge(_pairs([100, 100, 100], [150, 160, 155]), maximize=True, tolerance=0.05)
+    second = judge(_pairs([155, 150, 160, 152], [186, 183, 190, 185]), maximize=True, tolerance=0.05)
+    assert first.outcome == second.outcome == "win"
+    ratio, low, high, pairs = chain([first, second])
+    assert ratio == pytest.approx(first.ratio * second.ratio) and pairs == 7
+    width = math.log(high / low)
+    assert low < ratio < high and width > math.log(first.high / first.low) and width > math.log(second.high / second.low)
+    assert chain([]) == (1.0, 1.0, 1.0, 0) and chain([first]) == (first.ratio, first.low, first.high, 3)
+
+
+def test_fit_samples_puts_the_minimum_pairs_in_the_budget():
+    # 2 s start-up each, 100 and 200 samples/s: 3 pairs in 60 s leave 20 - 4 = 16 s a pair: 16 / (1/100 + 1/200)
+    assert fit_samples(60.0, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 1066
+    assert fit_samples(6.0, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 64
+    assert fit_samples(1e6, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 4096
