@@ -398,11 +398,13 @@ def _staged_search(
     full_room: int | None = None,
     plan: Any = None,
 ) -> int:
-    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
-    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
-    fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
-    :func:`stage2_round`), first at the baseline's lr and accumulation, then with the sampler choosing
-    those; when no system config can beat the best feasible trial, the rest sample every knob. Trials
+    """``--search staged``: stage 1 samples the system knobs with short throughput runs, the
+    math-preserving configs first (the baseline's effective batch, lr and constructor arguments:
+    :func:`screen_order`); stage 2 gives the fastest math-preserving config a full-budget round of its
+    own, then trains the fastest math-changing system configs at full budget in rounds of
+    :data:`STAGE2_CONFIGS` (see :func:`stage2_round`), first at the baseline's accumulation and the lr
+    rule's lr, then with the sampler choosing those; when no system config can beat the best feasible
+    trial, the rest sample every knob. Trials
     are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
     processes serves every round. ``full_room`` (a discrete space): the configs no trial has run at
     full budget yet, which bounds the full-budget runs (the baseline's and ``--enqueue``'s included);
