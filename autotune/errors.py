@@ -88,6 +88,7 @@ class FailKind(str, enum.Enum):
     NO_NOISE_SCALE = "no_noise_scale"
     PREDICTED_OOM = "predicted_oom"
     BATCH_ABOVE_EPOCH = "batch_above_epoch"
+    FAILED_CLASS = "failed_class"
     PRUNED = "pruned"
     INTERRUPTED = "interrupted"
     NODE_LOST = "node_lost"
@@ -152,6 +153,11 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     FailKind.BATCH_ABOVE_EPOCH: (
         "not run (PRUNED): its per-device batch is larger than an epoch, as an earlier trial's first batch showed",
         "nothing to do; larger batches need a training set with more samples per epoch",
+    ),
+    FailKind.FAILED_CLASS: (
+        "not run (PRUNED): a --search staged stage-2 config with as many or fewer optimizer steps (same or larger "
+        "effective batch, same or larger lr multiplier, same precision) than a trial that failed the loss at full budget",
+        "nothing to do; the reason names the trial that failed",
     ),
     FailKind.PRUNED: (
         "stopped early (PRUNED): clearly worse than the completed trials at the same point (--pruner)",

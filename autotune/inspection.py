@@ -65,6 +65,9 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     baseline = _baseline(spec, built, model_cls, data_cls, targets, loader, unreachable)
     model_info = _model_info(model_cls, data_cls, model, user_config, loader)
     model_info["unreachable"] = unreachable
+    # the optimizer's class when the config names it (its family sets --search staged's lr rule);
+    # else None: configure_optimizers runs only in training
+    model_info["optimizer"] = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
     model_info["training_length"] = training_length(built.trainer)
     return {
         "hardware": hardware.to_dict(),

@@ -81,6 +81,14 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = f"duplicate of #{attrs['duplicate_of']} (not run) " + note
         if attrs.get("stage") == "system" and attrs.get("feasible") is None and "trial_samples" in attrs:
             note = (f"short ({attrs['trial_samples']} samples) " + note).strip()
+        if attrs.get("math") == "preserving" and not attrs.get("baseline"):
+            note = ("same math " + note).strip()
+        sanity = attrs.get("loss_sanity") or {}
+        if sanity.get("ok") is False:
+            note = (
+                f"{note} loss sanity failed: {sanity['change']:+.0%} against the baseline's at {sanity['samples']} samples "
+                f"(limit {sanity['tolerance']:+.0%})"
+            ).strip()
         if "seeded_from" in attrs:
             note = ("--enqueue " + note).strip()
         if t.number == recommended_number:
@@ -112,6 +120,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 "other": other_knobs(config),
                 "applied": attrs.get("applied"),
                 "stage": attrs.get("stage"),
+                "math": attrs.get("math"),
+                "loss_sanity": attrs.get("loss_sanity"),
                 "note": note,
             }
         )

@@ -82,23 +82,29 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     full = [t for t in trials if t.user_attrs.get("stage") == "full" and "duplicate_of" not in t.user_attrs]
     assert len(short) == 5 and len(full) == 3
     assert max(t.number for t in trials if t.user_attrs.get("stage") == "system") < min(t.number for t in full)
-    for t in short:  # lr and accumulation at the baseline's; a shorter budget, whose loss is not judged
-        assert t.params["accumulate_grad_batches"] == 1 and t.params["lr"] == base.params["lr"] and t.state.name == "COMPLETE"
+    for t in short:  # accumulation at the baseline's, lr by the sqrt rule; a shorter budget, whose loss is not judged
+        rule = base.params["lr"] * (t.params["batch_size"] / 16) ** 0.5
+        assert t.params["lr"] == pytest.approx(min(rule, base.params["lr"] * 2))  # (on the space's range: 0.5x..2x)
+        assert t.params["accumulate_grad_batches"] == 1 and t.state.name == "COMPLETE"
         budget = min(2048, max(512, 32 * t.params["batch_size"]))
         if budget < 2048:  # told a constraint it fails: Optuna's and optuna-dashboard's best values skip it
             assert t.user_attrs["trial_samples"] == budget and t.user_attrs["feasible"] is None
             assert t.system_attrs["constraints"] == [SHORT_RUN_CONSTRAINT]
         else:  # 32 steps of batch 128 are the whole budget: a full run, judged like any other
             assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
-    fastest = top_system_configs(trials[:min(t.number for t in full)], 3)
-    systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full]
-    # each of the fastest first at the baseline's lr and accumulation (unless that is the baseline itself);
+    # batch 16 is the baseline's effective batch: its configs keep the math and get a round of their own;
+    # the others change it, and go down the speed ranking
+    fastest = [s for s in top_system_configs(trials[:min(t.number for t in full)]) if s["batch_size"] != 16][:3]
+    systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full if t.user_attrs["math"] == "changing"]
     # on a loaded machine the baseline may measure faster than every screened config, and the rest sample every knob
-    listed = sum(len(line.split(";")) for line in r.stdout.splitlines() if line.startswith("staged search, stage 2: "))
-    assert listed or "no system config left that could beat the best feasible trial" in r.stdout
+    lines = r.stdout.splitlines()
+    listed = sum(len(line.split(";")) for line in lines if line.startswith("staged search, stage 2 (math-changing): "))
+    preserving = [line for line in lines if line.startswith("staged search, stage 2 (math-preserving")]
+    assert listed or preserving or "no system config left that could beat the best feasible trial" in r.stdout
     assert all(s in fastest for s in systems[:listed])
-    for t in full:
-        assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
+    for t in full:  # judged at full budget, or not run because a config of its class failed with more optimizer steps
+        assert "trial_samples" not in t.user_attrs
+        assert t.user_attrs.get("feasible") is not None or t.user_attrs.get("fail_kind") == "failed_class", t.user_attrs
     from autotune.study import recommendation
 
     recommended, _ = recommendation(study, settings)
@@ -206,3 +212,158 @@ def test_stage_2_goes_down_the_speed_ranking_and_skips_configs_that_cannot_win()
     assert [p for p, _ in second] == [{"batch_size": 256}]
     trials += [_trial({"batch_size": 256, "lr": 1.0, "accumulate_grad_batches": 2}, 950.0, feasible=False) for _ in range(2)]
     assert stage2_round(trials, fixed, k=3) == []  # 256 failed 3 times; nothing else can beat 800 samples/s
+
+
+# --- math-preserving knobs first (issue 15.3) ---
+
+def _context(rule="sqrt", acc=None, lr=None):
+    from autotune.study.staged import MathContext
+
+    resolved = {"batch_size": {"choices": [16, 32, 64, 128]}, "num_workers": {"choices": [0, 1]},
+                "accumulate_grad_batches": acc or {"low": 1, "high": 8, "log": False},
+                "lr": lr or {"low": 0.001, "high": 1.0, "log": True}}
+    return MathContext(TrialConfig(batch_size=32, lr=0.01), resolved, rule), resolved
+
+
+def test_stage_1_screens_math_preserving_configs_first_at_the_baselines_effective_batch_and_lr():
+    from autotune.study import screen_points
+    from autotune.study.staged import screen_order
+
+    context, resolved = _context()
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    points = screen_points([], resolved, {"lr", "accumulate_grad_batches"}, seed=0,
+                           visited_params=[{"batch_size": 32, "num_workers": 0, **fixed}])
+    order = screen_order(points, 7, fixed, context)
+    configs = [context.config_of(p) for p in order]
+    # batch 16 x accumulation 2 and batch 32 keep the baseline's 32 samples per step: 3 configs (the baseline's is run)
+    preserving = [c for c in configs if c.effective_batch_size == 32]
+    assert len(preserving) == 3 and configs[:3] == preserving
+    assert all(c.lr == 0.01 for c in preserving)
+    assert sorted((c.batch_size, c.accumulate_grad_batches, c.num_workers) for c in preserving) == [(16, 2, 0), (16, 2, 1), (32, 1, 1)]
+    # then math-changing configs at the baseline's accumulation and the lr rule's lr (sqrt: 2x for batch 128)
+    assert all(c.accumulate_grad_batches == 1 and c.batch_size > 32 for c in configs[3:])
+    assert all(c.lr == pytest.approx(0.01 * (c.batch_size / 32) ** 0.5) for c in configs[3:])
+    # at most two thirds of the plan while math-changing configs are left to screen
+    assert [context.config_of(p).effective_batch_size > 32 for p in screen_order(points, 3, fixed, context)] == [False, False, True]
+    # a split outside the space's accumulation is no split: batch 16 needs 2, the space allows only 1
+    narrow, _ = _context(acc={"choices": [1]})
+    assert [narrow.config_of(p).batch_size for p in screen_order(points, 7, {**fixed}, narrow)][:1] == [32]
+
+
+def test_the_lr_of_a_math_changing_config_follows_its_effective_batch_by_the_optimizers_family():
+    from autotune.study.math_class import lr_rule, optimizer_family
+
+    assert lr_rule("none", "torch.optim.SGD")[0] == "linear" and "Goyal" in lr_rule("none", "torch.optim.SGD")[1]
+    assert lr_rule("none", "torch.optim.AdamW")[0] == "sqrt" and "Malladi" in lr_rule("none", "AdamW")[1]
+    assert lr_rule("none", None) == ("sqrt", lr_rule("none", "MyOptimizer")[1])  # unknown: square root, and said so
+    assert "not known" in lr_rule("none", None)[1]
+    assert lr_rule("linear", "torch.optim.AdamW")[0] == "linear"  # the space's lr_scaling wins
+    assert optimizer_family("torch.optim.RMSprop") == "adam" and optimizer_family(None) is None
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    linear, _ = _context("linear")
+    sqrt, _ = _context("sqrt")
+    # batch 128 is 4x the baseline's 32: linear 4x the lr, square root 2x
+    assert linear.first_point({"batch_size": 128, "num_workers": 0}, fixed)["lr"] == pytest.approx(0.04)
+    assert sqrt.first_point({"batch_size": 128, "num_workers": 0}, fixed)["lr"] == pytest.approx(0.02)
+    assert sqrt.first_point({"batch_size": 128}, {**fixed, "accumulate_grad_batches": 2})["lr"] == pytest.approx(0.01 * 8 ** 0.5)
+    # on the space's grid: the nearest choice (in log), or clipped to the range
+    grid, _ = _context("linear", lr={"choices": [0.01, 0.03, 0.1]})
+    assert grid.first_point({"batch_size": 128}, fixed)["lr"] == 0.03
+    clipped, _ = _context("linear", lr={"low": 0.001, "high": 0.02, "log": True})
+    assert clipped.first_point({"batch_size": 128}, fixed)["lr"] == 0.02
+    # under the space's lr_scaling the multiplier 1 is the rule's lr already
+    scaled, _ = _context("sqrt", lr={"low": 0.5, "high": 2.0, "log": True, "scaling": "sqrt"})
+    point = scaled.first_point({"batch_size": 128}, {"accumulate_grad_batches": 1, "lr_multiplier": 1.0})
+    assert point["lr_multiplier"] == 1.0 and scaled.config_of(point).lr == pytest.approx(0.02)
+
+
+def _full(params, sps, number, feasible, context, **attrs):
+    t = _trial(params, sps, feasible=feasible, config=context.config_of(params).to_dict(), **attrs)
+    t.number = number
+    return t
+
+
+def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_optimizer_steps():
+    from autotune.study.math_class import failed_class
+    from autotune.study.staged import stage2_round
+
+    context, _ = _context("sqrt")
+    base = context.baseline
+    failed = [(5, base.replace(batch_size=128, lr=0.02))]  # 4x the batch at the sqrt rule's lr: multiplier 1
+    reason = failed_class(base.replace(batch_size=128, accumulate_grad_batches=4, lr=0.04), failed, base, "sqrt")
+    assert reason is not None and "trial 5" in reason and "fewer optimizer steps" in reason
+    assert failed_class(base.replace(batch_size=128, lr=0.02, num_workers=1), failed, base, "sqrt") is not None  # same steps
+    assert failed_class(base.replace(batch_size=128, lr=0.01), failed, base, "sqrt") is None  # a smaller lr multiplier
+    assert failed_class(base.replace(batch_size=64, lr=0.02 / 2 ** 0.5), failed, base, "sqrt") is None  # more steps
+    assert failed_class(base.replace(batch_size=256, lr=0.04, precision="bf16-mixed"), failed, base, "sqrt") is None  # another class
+    # stage 2: 256 would be the same class at multiplier 1 with fewer steps: the sampler picks its lr and accumulation
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    short = dict(trial_samples=512)
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),  # the baseline
+        _full({"batch_size": 256, "num_workers": 0, **fixed}, 900.0, 1, None, context, **short),
+        _full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, None, context, **short),
+        _full({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.02}, 800.0, 3, False, context),
+    ]
+    assert stage2_round(trials, fixed, k=3, context=context) == [({"batch_size": 256, "num_workers": 0}, {"stage": "full"}),
+                                                                 ({"batch_size": 128, "num_workers": 0}, {"stage": "full"})]
+
+
+def test_stage_2_gives_the_fastest_sane_math_preserving_config_a_full_budget_run_first():
+    from autotune.study.staged import stage2_round
+
+    context, _ = _context("sqrt")
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    short = dict(trial_samples=512)
+    insane = {"ok": False, "change": 0.5, "samples": 512, "tolerance": 0.15}
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),
+        _full({"batch_size": 64, "num_workers": 0, **fixed}, 900.0, 1, None, context, **short),
+        _full({"batch_size": 16, "num_workers": 1, "accumulate_grad_batches": 2, "lr": 0.01}, 300.0, 2, None, context, **short,
+              loss_sanity=insane),
+        _full({"batch_size": 32, "num_workers": 1, **fixed}, 200.0, 3, None, context, **short),
+    ]
+    # 16 x 2 is faster but failed the sanity check; 32 with a worker is the fastest sane one: a round of its own
+    assert stage2_round(trials, fixed, k=3, context=context) == [
+        ({"batch_size": 32, "num_workers": 1, **fixed}, {"stage": "full", "math": "preserving"})]
+    trials.append(_full({"batch_size": 32, "num_workers": 1, **fixed}, 210.0, 4, True, context))
+    # it had its run: the math-changing configs come next, at the rule's lr
+    assert stage2_round(trials, fixed, k=3, context=context) == [
+        ({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": pytest.approx(0.01 * 2 ** 0.5)}, {"stage": "full"})]
+
+
+def test_the_loss_sanity_check_allows_rounding_not_a_broken_run():
+    from autotune.study.math_class import loss_sanity
+
+    base = [(s, 2.0 - s / 1000) for s in range(32, 2049, 32)]
+    same = [(s, y * 1.05) for s, y in base if s <= 512]  # 5% above: rounding and noise
+    check = loss_sanity(same, base, 0.05)
+    assert check["ok"] and check["samples"] == 512 and check["tolerance"] == pytest.approx(0.15)
+    assert check["change"] == pytest.approx(0.05)
+    broken = [(s, y * 1.3) for s, y in base if s <= 512]
+    assert loss_sanity(broken, base, 0.05)["ok"] is False
+    assert loss_sanity(broken, base, 0.0)["tolerance"] == 0.05  # the floor
+    assert loss_sanity([], base, 0.05) is None
+
+
+def test_a_staged_search_gives_a_math_preserving_config_a_full_budget_run(tmp_path, cli):
+    db = tmp_path / "m.db"
+    space = tmp_path / "space.yaml"
+    # the tiny model's baseline: batch 16, accumulation 1; batch 8 x accumulation 2 keeps its math
+    space.write_text("batch_size: {choices: [8, 16, 64]}\nnum_workers: {choices: [0, 1]}\n"
+                     "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
+    r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 7, "--samples", 1024, "--space", space,
+            "--storage", f"sqlite:///{db}", env={"TINY_SLOW_BATCH": "16"}, check_rc=0)  # the baseline's batch is slow
+    assert "3 math-preserving first" in r.stdout and "sqrt: the optimizer is not known" in r.stdout
+    study, _ = load_study("tiny", f"sqlite:///{db}")
+    base = study.trials[0]
+    screened = [t for t in study.trials if t.user_attrs.get("stage") == "system"]
+    assert [t.user_attrs["math"] for t in screened] == ["preserving"] * 3 + ["changing"]
+    for t in screened[:3]:
+        assert t.user_attrs["effective_batch_size"] == 16 and t.user_attrs["config"]["lr"] == base.user_attrs["config"]["lr"]
+        assert t.user_attrs["loss_sanity"]["ok"], t.user_attrs["loss_sanity"]
+    full = [t for t in study.trials if t.user_attrs.get("stage") == "full"]
+    assert full and full[0].user_attrs["math"] == "preserving" and "trial_samples" not in full[0].user_attrs
+    assert full[0].params["batch_size"] == 8 and full[0].params["accumulate_grad_batches"] == 2
+    assert full[0].user_attrs["feasible"] is not None
+    assert "same math" in cli("show", db, check_rc=0).stdout

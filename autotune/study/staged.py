@@ -1,5 +1,6 @@
-"""``--search staged``: short system-knob screening runs (stage 1), then full-budget runs of the fastest
-system configs (stage 2). See docs/search.md."""
+"""``--search staged``: short system-knob screening runs (stage 1, math-preserving configs first), then
+full-budget runs: the fastest math-preserving config, then the fastest math-changing system configs with
+their lr following the effective batch (stage 2). See docs/search.md and :mod:`autotune.study.math_class`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.config import TrialConfig
-from autotune.errors import UsageError
+from autotune.errors import FailKind, UsageError
 from autotune.jobs import SlotPools
+from autotune.knobs import with_knobs
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
+from autotune.space_params import scaled_lr
+from autotune.study.math_class import PRESERVING, failed_class, is_preserving, lr_rule, rule_lr, split_accumulation
 from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
 from autotune.study.settings import BASELINE_ATTR, StudySettings
@@ -151,7 +156,79 @@ def screen_points(
     return points
 
 
-def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE2_CONFIGS) -> list[tuple[dict, dict]]:
+#: Most of a stage-1 plan that math-preserving configs take when math-changing ones are left to screen too (0..1).
+PRESERVE_SHARE = 2 / 3
+
+
+@dataclass(frozen=True)
+class MathContext:
+    """What stage 2 needs to tell math-preserving configs from math-changing ones (:mod:`autotune.study.math_class`).
+
+    Attributes:
+        baseline: The baseline config.
+        resolved: The study's resolved space.
+        rule: The lr rule of math-changing configs (``"linear"`` or ``"sqrt"``, :func:`lr_rule`).
+    """
+
+    baseline: TrialConfig
+    resolved: Mapping[str, Any]
+    rule: str
+
+    def config_of(self, params: Mapping[str, Any]) -> TrialConfig:
+        """The config of Optuna params (knobs the params leave out keep the baseline's values)."""
+        config = with_knobs(self.baseline, {k: v for k, v in params.items() if k != "lr_multiplier"})
+        if "lr_multiplier" in params and self.baseline.lr is not None:  # the space's lr_scaling
+            ratio = (config.effective_batch_size, self.baseline.effective_batch_size)
+            config = config.replace(lr=scaled_lr(self.baseline.lr, params["lr_multiplier"], *ratio, self.resolved["lr"]["scaling"]))
+        return config
+
+    def split(self, system: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The math-preserving params of a system config (the accumulation that keeps the baseline's
+        effective batch, :func:`split_accumulation`; the baseline's lr), or ``None`` when it has none."""
+        params = {**system, **fixed}
+        acc = split_accumulation(self.config_of(params), self.baseline, self.resolved.get("accumulate_grad_batches"))
+        if acc is None:
+            return None
+        if "accumulate_grad_batches" in params:
+            params["accumulate_grad_batches"] = acc
+        return params if is_preserving(self.config_of(params), self.baseline) else None
+
+    def first_point(self, system: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
+        """A math-changing system config's first full-budget params: the baseline's accumulation and
+        the lr :attr:`rule` gives its effective batch (on the space's grid: the nearest choice, or
+        clipped to the range). Under the space's ``lr_scaling``, multiplier 1 is that lr already."""
+        params = {**system, **fixed}
+        entry = self.resolved.get("lr")
+        if "lr" in params and entry is not None:
+            lr = rule_lr(self.config_of(params), self.baseline, self.rule)
+            if lr is not None:
+                if "choices" in entry:
+                    lr = min(entry["choices"], key=lambda c: abs(math.log(c / lr)) if c > 0 else math.inf)
+                else:
+                    lr = min(max(lr, entry["low"]), entry["high"])
+                params["lr"] = lr
+        return params
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal params (floats up to rounding)."""
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (isinstance(a[k], float) and isinstance(b[k], float) and math.isclose(a[k], b[k], rel_tol=1e-9)) for k in a
+    )
+
+
+def _failures(full: Sequence[Any]) -> list[tuple[int, TrialConfig]]:
+    """``(number, config)`` of the full-budget trials that failed the loss tolerance (not duplicates)."""
+    return [
+        (t.number, TrialConfig.from_dict(t.user_attrs["config"]))
+        for t in full
+        if t.user_attrs.get("feasible") is False and "config" in t.user_attrs and "duplicate_of" not in t.user_attrs
+    ]
+
+
+def stage2_round(
+    trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE2_CONFIGS, context: MathContext | None = None
+) -> list[tuple[dict, dict]]:
     """The next round of stage 2 of ``--search staged``: ``(params, user attributes)`` of up to ``k`` trials.
 
     System configs are taken fastest first (stage 1's ranking, :func:`top_system_configs`), skipping
@@ -161,10 +238,18 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
     runs first at the baseline's lr and accumulation (``fixed``), then with the sampler choosing them.
     An empty round means no system config can beat the best feasible trial.
 
+    With a ``context``: a round of one math-preserving config comes first, while one is left (the
+    fastest whose short run passed the loss sanity check, with no full-budget run yet, and whose
+    class did not fail the loss: :func:`autotune.study.math_class.failed_class`); a system config
+    that has a math-preserving split is never run with other math, and a math-changing one runs
+    first at the lr of the context's rule (:meth:`MathContext.first_point`), or straight with the
+    sampler choosing when that point's class failed already.
+
     Args:
         trials: The study's frozen trials.
         fixed: The baseline's Optuna params of the convergence knobs.
         k: Trials per round (the configs explored side by side).
+        context: The baseline, space and lr rule; ``None``: every config is treated alike.
     """
     full = [
         t
@@ -175,25 +260,107 @@ def stage2_round(trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE
         and t.user_attrs.get("feasible") is not None
     ]
     incumbent = max((t.user_attrs["samples_per_sec"] for t in full if t.user_attrs.get("feasible")), default=0.0)
-    # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget included
+    # full-budget attempts: completed or failed (a NaN loss, an OOM), stage-1 runs as long as the budget
+    # included, and trials skipped because their class failed (they count, or a config could loop)
     tried = [
         t
         for t in trials
-        if t.state.name in ("COMPLETE", "FAIL") and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
+        if (t.state.name in ("COMPLETE", "FAIL") or t.user_attrs.get("fail_kind") == FailKind.FAILED_CLASS)
+        and "confirm_of" not in t.user_attrs
+        and "trial_samples" not in t.user_attrs
     ]
+    ranked = top_system_configs(trials, with_speed=True)
+    failures = _failures(full) if context is not None else []
+    if context is not None:
+        preserving = _preserving_round(trials, tried, ranked, fixed, incumbent, failures, context)
+        if preserving:
+            return preserving
     by_system: dict[str, list] = {}  # grouped once: a pass per config would be quadratic in the study's size
     for t in tried:
         by_system.setdefault(_system_of(t)[0], []).append(t)
     out: list[tuple[dict, dict]] = []
-    for system, speed in top_system_configs(trials, with_speed=True):
+    for system, speed in ranked:
         if len(out) == k:
             break
+        if context is not None and context.split(system, fixed) is not None:
+            continue  # a math-preserving config: its own round, never other math
         mine = by_system.get(repr(sorted(system.items())), [])
         if speed <= incumbent or any(t.user_attrs.get("feasible") for t in mine) or len(mine) >= STAGE2_ATTEMPTS:
             continue
-        at_baseline = any(all(t.params.get(name) == value for name, value in fixed.items()) for t in mine)
-        out.append(({**system, **fixed} if not at_baseline else dict(system), {"stage": "full"}))
+        first = {**system, **fixed} if context is None else context.first_point(system, fixed)
+        done = any(_same({n: t.params.get(n) for n in first}, first) for t in mine)
+        if not done and context is not None:
+            done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
+        out.append((dict(system) if done else first, {"stage": "full"}))
     return out
+
+
+def _preserving_round(
+    trials: Sequence[Any],
+    tried: Sequence[Any],
+    ranked: Sequence[tuple[dict, float]],
+    fixed: Mapping[str, Any],
+    incumbent: float,
+    failures: list[tuple[int, TrialConfig]],
+    context: MathContext,
+) -> list[tuple[dict, dict]]:
+    """The fastest math-preserving config left for a full-budget run, as a round of one (or none): see :func:`stage2_round`."""
+    insane = [t.params for t in trials if (t.user_attrs.get("loss_sanity") or {}).get("ok") is False]
+    for system, speed in ranked:
+        if speed <= incumbent:
+            break  # fastest first: none after it can win
+        params = context.split(system, fixed)
+        if (
+            params is None
+            or any(_same(t.params, params) for t in tried)  # had its full-budget run (the baseline's config too)
+            or any(_same(p, params) for p in insane)
+            or failed_class(context.config_of(params), failures, context.baseline, context.rule) is not None
+        ):
+            continue
+        return [(params, {"stage": "full", "math": PRESERVING})]
+    return []
+
+
+def math_context(settings: StudySettings) -> tuple[MathContext, str]:
+    """The study's :class:`MathContext` and the reason for its lr rule (:func:`lr_rule`: the space's
+    ``lr_scaling``, else the optimizer the inspection recorded, else square-root)."""
+    resolved = settings.space
+    rule, why = lr_rule(str(resolved.get("lr", {}).get("scaling", "none")), (settings.model_info or {}).get("optimizer"))
+    return MathContext(TrialConfig.from_dict(settings.baseline_config), resolved, rule), why
+
+
+def class_failed(study, config: TrialConfig, settings: StudySettings) -> str | None:
+    """Why a stage-2 trial's config need not run (:func:`autotune.study.math_class.failed_class`), or ``None``."""
+    context, _ = math_context(settings)
+    full = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
+    ]
+    return failed_class(config, _failures(full), context.baseline, context.rule)
+
+
+def screen_order(points: Sequence[Mapping[str, Any]], n: int, fixed: Mapping[str, Any], context: MathContext) -> list[dict[str, Any]]:
+    """Stage 1's ``n`` screening params from :func:`screen_points`: math-preserving configs first (each
+    at the accumulation that keeps the baseline's effective batch, :meth:`MathContext.split`), at most
+    :data:`PRESERVE_SHARE` of ``n`` while math-changing configs are left to screen (at the baseline's
+    accumulation and the lr rule's lr, :meth:`MathContext.first_point`), each group in the points' order.
+
+    Args:
+        points: Unvisited system points, in their seeded order.
+        n: Screening runs (>= 0).
+        fixed: The baseline's Optuna params of the convergence knobs.
+        context: The study's :class:`MathContext`.
+    """
+    preserving, changing = [], []
+    for point in points:
+        params = context.split(point, fixed)
+        if params is not None:
+            preserving.append(params)
+        else:  # at the lr rule's lr: a run as long as the full budget is judged, and should be judged at it
+            changing.append(context.first_point(point, fixed))
+    take = min(len(preserving), max(math.ceil(PRESERVE_SHARE * n), n - len(changing)))
+    return (preserving[:take] + changing)[:n]
 
 
 def _convergence(resolved: Mapping[str, Any]) -> set:
@@ -231,11 +398,13 @@ def _staged_search(
     full_room: int | None = None,
     plan: Any = None,
 ) -> int:
-    """``--search staged``: stage 1 samples the system knobs with short throughput runs (lr,
-    accumulation and the user's constructor arguments at the baseline's values); stage 2 trains the
-    fastest system configs at full budget in rounds of :data:`STAGE2_CONFIGS` (see
-    :func:`stage2_round`), first at the baseline's lr and accumulation, then with the sampler choosing
-    those; when no system config can beat the best feasible trial, the rest sample every knob. Trials
+    """``--search staged``: stage 1 samples the system knobs with short throughput runs, the
+    math-preserving configs first (the baseline's effective batch, lr and constructor arguments:
+    :func:`screen_order`); stage 2 gives the fastest math-preserving config a full-budget round of its
+    own, then trains the fastest math-changing system configs at full budget in rounds of
+    :data:`STAGE2_CONFIGS` (see :func:`stage2_round`), first at the baseline's accumulation and the lr
+    rule's lr, then with the sampler choosing those; when no system config can beat the best feasible
+    trial, the rest sample every knob. Trials
     are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
     processes serves every round. ``full_room`` (a discrete space): the configs no trial has run at
     full budget yet, which bounds the full-budget runs (the baseline's and ``--enqueue``'s included);
@@ -258,15 +427,21 @@ def _staged_search(
         if n_full > room:  # the space has no more configs to train at full budget: screen more, or add fewer
             more = min(n_full - room, len(screen) - n_system) if screen is not None else 0
             n_system, n_full = n_system + more, room
-    ui.info(
-        f"staged search: {n_system} system-knob screening run(s) (lr and accumulation at the baseline's; "
-        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
-        f"then {n_full} full-budget run(s) of the fastest system configs"
-    )
-    if screen is not None:  # a discrete system space: unvisited points, in a seeded random order
-        first = [({**point, **fixed}, {"stage": "system", "screen": True}) for point in screen[:n_system]]
+    context, why = math_context(settings)
+    if screen is not None:  # a discrete system space: unvisited points, in a seeded random order, math-preserving first
+        points = screen_order(screen, n_system, fixed, context)
+        first = [(params, {"stage": "system", "screen": True}) for params in points]
+        preserving = sum(context.split(system_part(p), fixed) == p for p in points)
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
+        preserving = 0
+    ui.info(
+        f"staged search: {n_system} system-knob screening run(s) ({preserving} math-preserving first: the baseline's "
+        f"effective batch {baseline.effective_batch_size} and lr, split as micro-batch x accumulation; "
+        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
+        f"then {n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs "
+        f"with the lr following the effective batch ({context.rule}: {why})"
+    )
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
     return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, cold, plan)
@@ -286,12 +461,13 @@ def _stages(
         for key, value in baseline_params(resolved, TrialConfig.from_dict(settings.baseline_config)).items()
         if key in _convergence(resolved)
     }
+    context, _ = math_context(settings)
     pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
         ran = drain(add=add, seeds=seeds, pools=pools)
         left = full
         while left > 0:
-            batch = stage2_round(study.get_trials(deepcopy=False), fixed)[:left]
+            batch = stage2_round(study.get_trials(deepcopy=False), fixed, context=context)[:left]
             if not batch:
                 ui.info(
                     f"staged search: no system config left that could beat the best feasible trial; "
@@ -300,7 +476,10 @@ def _stages(
                 _hold(plan, [], left, 0)
                 ran += drain(add=left, pools=pools)
                 break
-            ui.info("staged search, stage 2: " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+            kind = "math-preserving, at the baseline's effective batch and lr" if batch[0][1].get("math") == PRESERVING else "math-changing"
+            ui.info(
+                f"staged search, stage 2 ({kind}): " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch)
+            )
             _hold(plan, batch, len(batch), left - len(batch))
             ran += drain(add=len(batch), seeds=batch, pools=pools)
             left -= len(batch)

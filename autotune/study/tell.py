@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError, stopped_by
+from autotune.study.math_class import PRESERVING, loss_sanity
 from autotune.study.records import _budget
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.staged import SHORT_RUN_CONSTRAINT
@@ -143,6 +144,10 @@ def _judge(
                 constraint = constraint_value(loss, baseline_loss, settings.loss_tolerance, settings.mode)
                 attrs["constraint"] = constraint if math.isfinite(constraint) else None
                 attrs["feasible"] = constraint <= 0
+            if trial.user_attrs.get("math") == PRESERVING and not is_baseline and baseline.get("trial") is not None:
+                # the baseline's math up to rounding: its training loss should track the baseline's
+                base_curve = study.get_trials(deepcopy=False)[baseline["trial"]].user_attrs.get("loss_curve") or []
+                attrs["loss_sanity"] = loss_sanity(measured["loss_curve"], base_curve, settings.loss_tolerance)
             target = (
                 _loss_target(study, measured["loss_curve"], settings)
                 if is_baseline or baseline.get("loss_target") is None
@@ -273,10 +278,11 @@ def _tell_duplicate(study, trial, original, ui: UI):
     return frozen
 
 
-def _prune_predicted_oom(study, trial, reason: str, ui: UI):
-    """Store a trial the OOM frontier rules out as PRUNED (not run; it counts against ``--trials``)."""
+def _prune_predicted_oom(study, trial, reason: str, ui: UI, kind: FailKind = FailKind.PREDICTED_OOM):
+    """Store a trial the OOM frontier rules out (or, with ``kind``, another rule: a class that failed
+    the loss) as PRUNED (not run; it counts against ``--trials``)."""
 
-    trial.set_user_attr("fail_kind", FailKind.PREDICTED_OOM)
+    trial.set_user_attr("fail_kind", kind)
     trial.set_user_attr("fail_reason", reason)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     frozen = study.get_trials(deepcopy=False)[trial.number]

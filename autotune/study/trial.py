@@ -19,10 +19,11 @@ from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
 from autotune.study.bounds import above_epoch, learn_epoch, prune_above_epoch
+from autotune.study.math_class import math_kind
 from autotune.study.memory import _predicted_oom
 from autotune.study.records import _budget, _measured_before
 from autotune.study.settings import StudySettings
-from autotune.study.staged import system_budget
+from autotune.study.staged import class_failed, system_budget
 from autotune.study.tell import (
     _fail_interrupted,
     _prune_predicted_oom,
@@ -84,6 +85,8 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
     ui.trial_started(trial.number, config, is_baseline)
     if trial.user_attrs.get("stage") == "system" and system_budget(config, int(settings.samples)) < int(settings.samples):
         trial.set_user_attr("trial_samples", system_budget(config, int(settings.samples)))  # a short run
+    if "stage" in trial.user_attrs:  # a staged search's trial: does it compute the baseline's math?
+        trial.set_user_attr("math", math_kind(config, TrialConfig.from_dict(settings.baseline_config)))
     if not is_baseline and "confirm_of" not in trial.user_attrs:
         # (an --enqueue'd config runs even when measured before: the user asked for it)
         original = (
@@ -96,6 +99,10 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
         reason = _predicted_oom(study, config)
         if reason is not None:
             return _prune_predicted_oom(study, trial, reason, ui)
+        if trial.user_attrs.get("stage") == "full" and "seeded_from" not in trial.user_attrs:
+            reason = class_failed(study, config, settings)  # fewer optimizer steps than a config that failed the loss
+            if reason is not None:
+                return _prune_predicted_oom(study, trial, reason, ui, FailKind.FAILED_CLASS)
     spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
     if heartbeat_interval(study) is None:  # no heartbeats (a journal file, a gRPC proxy): other workers judge it by its cap
         set_trial_system_attr(study, trial, TIMEOUT_ATTR, float(settings.trial_timeout))

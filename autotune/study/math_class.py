@@ -1,0 +1,229 @@
+"""The math a trial computes, for ``--search staged`` (see docs/search.md).
+
+A config is **math-preserving** when it computes what the baseline computes up to rounding: the same
+effective batch (per-device batch x ``accumulate_grad_batches`` x ``devices`` x ``num_nodes``), the
+same ``lr`` and the same constructor arguments, whatever its micro-batch x accumulation split,
+DataLoader options, ``precision``, ``channels_last``, ``compile``, float32 matmul precision or
+strategy. Every other config is **math-changing**: its lr follows its effective batch by a scaling
+rule (:func:`lr_rule`), linear for the SGD family (Goyal et al. 2017, "Accurate, Large Minibatch
+SGD") and square-root for the Adam family (Malladi et al. 2022, "On the SDEs and Scaling Rules for
+Adaptive Gradient Algorithms"; Hoffer et al. 2017).
+
+The functions here are pure: configs and plain trial data in, decisions out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from autotune.config import TrialConfig
+from autotune.space_params import scaled_lr
+
+__all__ = [
+    "CHANGING",
+    "PRESERVING",
+    "SANITY_FACTOR",
+    "SANITY_FLOOR",
+    "SANITY_WINDOW",
+    "failed_class",
+    "is_preserving",
+    "loss_sanity",
+    "lr_multiplier",
+    "lr_rule",
+    "math_kind",
+    "optimizer_family",
+    "rule_lr",
+    "split_accumulation",
+]
+
+#: Values of a staged trial's ``math`` user attribute.
+PRESERVING, CHANGING = "preserving", "changing"
+
+#: A math-preserving short run passes the loss sanity check when its training loss is at most this
+#: many times the study's ``--loss-tolerance`` above the baseline's at the same samples (15% at the
+#: default 5%). Wider than the convergence tolerance: the same math differs only by rounding (bf16
+#: keeps 8 bits of mantissa), summation order and data-loading order, but a short run's loss over a
+#: few dozen steps is noisier than a full run's final loss; a broken config (a diverging bf16 run,
+#: a wrong split) is off by far more.
+SANITY_FACTOR = 3.0
+
+#: The sanity check's tolerance is never below this relative loss increase (0.05 = 5%), even at
+#: ``--loss-tolerance 0``: rounding alone moves a short run's loss by a few percent.
+SANITY_FLOOR = 0.05
+
+#: Share of a short run's samples, at its end, over which its loss and the baseline's are averaged (0 < x <= 1).
+SANITY_WINDOW = 0.25
+
+#: Optimizer class names (lower case, without the module) of each scaling family.
+_SGD_FAMILY = ("sgd", "asgd", "lars", "sgdw")
+_ADAM_FAMILY = ("adam", "adamw", "nadam", "radam", "adamax", "sparseadam", "adagrad", "adadelta", "rmsprop", "lamb", "adafactor", "lion")
+
+
+def optimizer_family(name: str | None) -> str | None:
+    """``"sgd"``, ``"adam"`` or ``None`` (unknown) for an optimizer class name or path (``torch.optim.AdamW``)."""
+    if not name:
+        return None
+    short = str(name).rsplit(".", 1)[-1].lower()
+    if short in _SGD_FAMILY:
+        return "sgd"
+    if short in _ADAM_FAMILY:
+        return "adam"
+    return None
+
+
+def lr_rule(space_scaling: str, optimizer: str | None) -> tuple[str, str]:
+    """The rule a math-changing config's lr follows, and a one-line reason.
+
+    The space's ``lr_scaling`` when it names one (``linear`` or ``sqrt``); else by the optimizer's
+    family: ``linear`` for SGD (Goyal et al. 2017), ``sqrt`` for Adam and other adaptive methods
+    (Malladi et al. 2022; Hoffer et al. 2017); ``sqrt`` when the optimizer is unknown (the inspection
+    knows it only when a LightningCLI config names it: ``configure_optimizers`` runs in training).
+
+    Args:
+        space_scaling: The space's ``lr_scaling`` (``none``, ``linear``, ``sqrt``).
+        optimizer: The optimizer's class name or path, or ``None`` when not known.
+
+    Returns:
+        ``(rule, reason)`` with ``rule`` ``"linear"`` or ``"sqrt"``.
+    """
+    if space_scaling in ("linear", "sqrt"):
+        return space_scaling, f"the space's lr_scaling: {space_scaling}"
+    family = optimizer_family(optimizer)
+    short = str(optimizer).rsplit(".", 1)[-1]
+    if family == "sgd":
+        return "linear", f"{short} is SGD-family: linear scaling (Goyal et al. 2017)"
+    if family == "adam":
+        return "sqrt", f"{short} is Adam-family: square-root scaling (Malladi et al. 2022)"
+    return "sqrt", (
+        "the optimizer is not known before training: square-root scaling, the Adam-family rule "
+        "(Malladi et al. 2022); `lr_scaling: linear` in the space for SGD"
+    )
+
+
+def _same_lr(a: float | None, b: float | None) -> bool:
+    return a == b or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9))
+
+
+def is_preserving(config: TrialConfig, baseline: TrialConfig) -> bool:
+    """Whether ``config`` computes the baseline's math up to rounding (see the module docstring)."""
+    return (
+        config.effective_batch_size == baseline.effective_batch_size
+        and _same_lr(config.lr, baseline.lr)
+        and (config.model_args or {}) == (baseline.model_args or {})
+        and (config.data_args or {}) == (baseline.data_args or {})
+    )
+
+
+def math_kind(config: TrialConfig, baseline: TrialConfig) -> str:
+    """:data:`PRESERVING` or :data:`CHANGING` (:func:`is_preserving`)."""
+    return PRESERVING if is_preserving(config, baseline) else CHANGING
+
+
+def split_accumulation(config: TrialConfig, baseline: TrialConfig, entry: Mapping[str, Any] | None) -> int | None:
+    """The ``accumulate_grad_batches`` that gives ``config``'s micro-batch the baseline's effective batch.
+
+    ``baseline effective batch / (batch_size x devices x num_nodes)`` when that is a whole number
+    the space allows (``entry``: the resolved ``accumulate_grad_batches`` knob; ``None`` when the
+    space does not search it, and only the baseline's own value is allowed), else ``None``.
+
+    Args:
+        config: The config (its ``accumulate_grad_batches`` is ignored).
+        baseline: The baseline config.
+        entry: The resolved space entry (``choices``, or ``low``/``high``/``step``), or ``None``.
+    """
+    per_step = config.batch_size * config.world_size
+    total = baseline.effective_batch_size
+    if total % per_step:
+        return None
+    acc = total // per_step
+    if entry is None:
+        return acc if acc == baseline.accumulate_grad_batches else None
+    if "choices" in entry:
+        return acc if acc in entry["choices"] else None
+    step = int(entry.get("step") or 1)
+    return acc if entry["low"] <= acc <= entry["high"] and (acc - int(entry["low"])) % step == 0 else None
+
+
+def rule_lr(config: TrialConfig, baseline: TrialConfig, rule: str) -> float | None:
+    """The lr the scaling rule gives ``config``'s effective batch (``None`` without a baseline lr)."""
+    if baseline.lr is None:
+        return None
+    return scaled_lr(baseline.lr, 1.0, config.effective_batch_size, baseline.effective_batch_size, rule)
+
+
+def lr_multiplier(config: TrialConfig, baseline: TrialConfig, rule: str) -> float:
+    """``config.lr`` over :func:`rule_lr` (1.0: the rule's lr exactly; 1.0 also when no lr is known)."""
+    ruled = rule_lr(config, baseline, rule)
+    if ruled is None or config.lr is None or ruled <= 0:
+        return 1.0
+    return config.lr / ruled
+
+
+def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]], baseline: TrialConfig, rule: str) -> str | None:
+    """Why ``config`` need not run: a config of its class already failed the loss at full budget.
+
+    A class is a precision and the constructor arguments. A full-budget trial of the class that
+    failed the loss tolerance rules out every config with the same or a larger effective batch (the
+    same samples in as many or fewer optimizer steps) at the same or a larger lr multiplier
+    (:func:`lr_multiplier`).
+
+    Args:
+        config: The config about to run.
+        failures: ``(trial number, config)`` of the full-budget trials that failed the loss.
+        baseline: The baseline config.
+        rule: The lr rule (:func:`lr_rule`).
+
+    Returns:
+        The one-line reason stored on the skipped trial, or ``None`` (run it).
+    """
+    mine = lr_multiplier(config, baseline, rule)
+    for number, failed in failures:
+        if (failed.precision, failed.model_args or {}, failed.data_args or {}) != (
+            config.precision,
+            config.model_args or {},
+            config.data_args or {},
+        ):
+            continue
+        theirs = lr_multiplier(failed, baseline, rule)
+        if config.effective_batch_size >= failed.effective_batch_size and mine >= theirs * (1 - 1e-9):
+            return (
+                f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
+                f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget, and this config has "
+                f"the same or a larger effective batch ({config.effective_batch_size}) at the same or a larger "
+                f"lr multiplier (x{mine:.3g}): as many or fewer optimizer steps"
+            )
+    return None
+
+
+def loss_sanity(curve: Sequence[Sequence[float]], baseline_curve: Sequence[Sequence[float]], tolerance: float) -> dict[str, Any] | None:
+    """The loss sanity check of a math-preserving run: its training loss against the baseline's at the same samples.
+
+    Both curves are averaged over the last :data:`SANITY_WINDOW` of the run's samples; the run passes
+    when its mean is at most ``max(SANITY_FACTOR x tolerance, SANITY_FLOOR)`` (relative) above the
+    baseline's. A lower loss always passes.
+
+    Args:
+        curve: The run's ``[(samples_seen, training loss), ...]`` (global samples, increasing).
+        baseline_curve: The baseline trial's, from a run at least as long.
+        tolerance: The study's ``--loss-tolerance``, ``0 <= tolerance < 1``.
+
+    Returns:
+        ``{"loss", "baseline_loss", "samples", "change", "tolerance", "ok"}`` (``change``: relative,
+        positive when worse), or ``None`` when either curve has no finite point in the window.
+    """
+    points = [(float(x), float(y)) for x, y in curve if math.isfinite(float(y))]
+    if not points:
+        return None
+    end = points[-1][0]
+    start = end * (1 - SANITY_WINDOW)
+    mine = [y for x, y in points if start < x <= end]
+    theirs = [float(y) for x, y in baseline_curve if start < float(x) <= end and math.isfinite(float(y))]
+    if not mine or not theirs:
+        return None
+    loss, base = statistics.fmean(mine), statistics.fmean(theirs)
+    limit = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+    change = (loss - base) / abs(base) if base else (0.0 if loss == base else math.inf)
+    return {"loss": loss, "baseline_loss": base, "samples": int(end), "change": change, "tolerance": limit, "ok": change <= limit}
