@@ -12,7 +12,9 @@ copies of its own trials (``benchmarks/synthetic.py``). On each size it resumes 
 - **start-up**: command start to the first trial's launch (opening the study, inspection results,
   warm pool); **end**: last trial's end to the command's end (the summary, the export).
 
-then times ``show``, ``export`` and ``report`` (median of 2).
+then times ``show``, ``export`` and ``report`` (median of 2). The sizes are measured in interleaved
+rounds (``--rounds``, each size once per round): the per-trial ratio to the smallest size is taken
+within a round (paired), since this shared machine's load moves between minutes.
 
 Part 2: ``--workers N`` (default 32) ``autotune worker`` processes on PostgreSQL (and through
 Optuna's gRPC storage proxy when ``autotune storage-proxy`` exists) share a study whose ``search``
@@ -23,7 +25,7 @@ connections held at once (``pg_stat_activity``).
 Usage::
 
     python benchmarks/scale.py                    # both parts; table, and benchmarks/results/scale.json
-    python benchmarks/scale.py --sizes 10 1000    # part 1 only on these sizes
+    python benchmarks/scale.py --part sizes --sizes 10 10000 --rounds 3   # part 1 only, these sizes
     python benchmarks/scale.py --part workers --workers 32
 
 Targets (issue 18): per-trial time at 10,000 trials within 1.5x of that at 10 on both storages;
@@ -145,12 +147,17 @@ def _sampler_seconds(url: str, name: str, repeats: int = 5) -> float:
     return statistics.median(times[1:])  # the first call builds the sampler's caches
 
 
-def part_sizes(sizes: list[int], storages: list[str], add: int) -> list[dict]:
+def part_sizes(sizes: list[int], storages: list[str], add: int, rounds: int = 2) -> list[dict]:
+    """Each storage's studies of every size are built first, then measured in ``rounds`` interleaved
+    rounds (every size once per round, in turn): on a shared machine the load moves by minutes, so
+    a size's figures are compared with the smallest size's *of the same round* (``ratio``), and each
+    column is the median over rounds."""
     rows = []
     folder = Path(tempfile.mkdtemp(prefix="autotune-scale-"))
     try:
         for backend in storages:
             base_name = f"scale-{uuid.uuid4().hex[:6]}"
+            studies = []
             if backend == "sqlite":
                 base = folder / "base.db"
                 autotune(_search_args(f"sqlite:///{base}", base_name, 6, folder), folder)
@@ -164,12 +171,28 @@ def part_sizes(sizes: list[int], storages: list[str], add: int) -> list[dict]:
                     autotune(_search_args(url, name, 6, folder), folder)
                 if size > 6:
                     grow(url, name, size)
-                row = {"storage": backend, "size": size, **measure_size(url, name, folder, add)}
+                studies.append((size, url, name))
+            measured: dict[int, list[dict]] = {size: [] for size in sizes}
+            for _ in range(rounds):
+                for size, url, name in studies:
+                    measured[size].append(measure_size(url, name, folder, add))
+            smallest = measured[sizes[0]]
+            for size in sizes:
+                row = {"storage": backend, "size": size, "rounds": measured[size]}
+                for key in measured[size][0]:
+                    got = [m[key] for m in measured[size] if isinstance(m.get(key), (int, float))]
+                    row[key] = statistics.median(got) if got else measured[size][-1][key]
+                ratios = [
+                    m["per_trial_s"] / s["per_trial_s"] for m, s in zip(measured[size], smallest) if m["per_trial_s"] and s["per_trial_s"]
+                ]
+                row["ratio"] = statistics.median(ratios) if ratios else None
+                row["load_avg"] = " / ".join(m["load_avg"] for m in measured[size])
                 rows.append(row)
                 print(_row_line(row), flush=True)
-                if backend == "postgresql":
-                    import optuna
+            if backend == "postgresql":
+                import optuna
 
+                for _size, url, name in studies:
                     optuna.delete_study(study_name=name, storage=url)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -179,8 +202,8 @@ def part_sizes(sizes: list[int], storages: list[str], add: int) -> list[dict]:
 def _row_line(row: dict) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.2f}"
     return (
-        f"| {row['storage']} | {row['size']:,} | {fmt(row['per_trial_s'])} | {fmt(row['sampler_s'])} | {fmt(row['own_per_trial_s'])} | {fmt(row['startup_s'])} | {fmt(row['end_s'])} | "
-        f"{fmt(row['show_s'])} | {fmt(row['export_s'])} | {fmt(row['report_s'])} | {row['load_avg']} |"
+        f"| {row['storage']} | {row['size']:,} | {fmt(row['per_trial_s'])} | {fmt(row.get('ratio'))}x | {fmt(row['sampler_s'])} | {fmt(row['own_per_trial_s'])} | "
+        f"{fmt(row['startup_s'])} | {fmt(row['end_s'])} | {fmt(row['show_s'])} | {fmt(row['export_s'])} | {fmt(row['report_s'])} | {row['load_avg']} |"
     )
 
 
@@ -294,6 +317,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1000, 10000])
     parser.add_argument("--storages", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument("--add", type=int, default=6, help="real trials added to each size (default 6)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the sizes (default 2; medians, paired ratios)")
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--queued", type=int, default=96, help="trials the search queues for the workers (default 96)")
     parser.add_argument("--via", nargs="+", default=["postgresql", "grpc"])
@@ -303,11 +327,11 @@ def main() -> None:
     result: dict = {"cpus": os.cpu_count(), "load_avg_start": _load_avg()}
     if args.part in ("all", "sizes"):
         print(
-            "| storage | trials | per trial (s) | of which Optuna's sampler (s) | autotune's own (s) | start-up (s) | end (s) "
-            "| show (s) | export (s) | report (s) | load avg (before -> after) |"
+            "| storage | trials | per trial (s) | vs the smallest, same round | of which Optuna's sampler (s) | autotune's own (s) | start-up (s) | end (s) "
+            "| show (s) | export (s) | report (s) | load avg per round (before -> after) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        result["sizes"] = part_sizes(args.sizes, storages, args.add)
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        result["sizes"] = part_sizes(args.sizes, storages, args.add, args.rounds)
     if args.part in ("all", "workers") and _postgres_answers():
         print("\n| via | workers | queued | complete | trials/s | lost | duplicated | stuck | peak DB connections | wall (s) | load avg |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
