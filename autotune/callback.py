@@ -236,6 +236,7 @@ class _MeasureHooks:
         self.world_size = 1
         self.cuda = False
         self.lr_ran: float | None = None
+        self.optimizer_ran: str | None = None
 
     def _sync(self) -> None:
         if self.cuda:
@@ -250,6 +251,8 @@ class _MeasureHooks:
         check_num_workers(loader, self.num_workers)
         if trainer.optimizers:
             self.lr_ran = float(trainer.optimizers[0].param_groups[0]["lr"])
+            kind = type(trainer.optimizers[0])
+            self.optimizer_ran = f"{kind.__module__}.{kind.__qualname__}"
         self.static["applied"] = applied_knobs(loader, pl_module)
         self.noise.attach(trainer, self.world_size)
         self.host.start()  # before the clock starts: its reads of /proc are not the trial's time
@@ -336,6 +339,7 @@ class _MeasureHooks:
         first_batch_size = record["sizes"][0] if record["sizes"] else None
         report: RankReport = {**self.static, "rank": trainer.global_rank, "ok": True, **summarize(record)}  # type: ignore[typeddict-item]
         report["lr_ran"] = record["lr_ran"]
+        report["optimizer_ran"] = self.optimizer_ran
         report["first_batch_time"] = self.timer.first_batch_time
         report["train_end_time"] = self.timer.train_end_time
         report["first_batch_size"] = first_batch_size

@@ -65,9 +65,10 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     baseline = _baseline(spec, built, model_cls, data_cls, targets, loader, unreachable)
     model_info = _model_info(model_cls, data_cls, model, user_config, loader)
     model_info["unreachable"] = unreachable
-    # the optimizer's class when the config names it (its family sets --search staged's lr rule);
-    # else None: configure_optimizers runs only in training
-    model_info["optimizer"] = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
+    # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
+    # the model's configure_optimizers returns when it runs without a Trainer, else None
+    named = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
+    model_info["optimizer"] = named or _optimizer_class(model)
     model_info["training_length"] = training_length(built.trainer)
     return {
         "hardware": hardware.to_dict(),
@@ -84,6 +85,26 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "data": [p for p in init_params(data_cls) if p != "self"] if data_cls else [],
         },
     }
+
+
+def _optimizer_class(model: Any) -> str | None:
+    """The class path of the first optimizer ``model.configure_optimizers()`` returns (read with
+    Lightning's own parser of its return value), or ``None`` when it cannot run before training (it
+    reads ``self.trainer``, e.g. for a scheduler's total steps) or returns none."""
+    import warnings
+
+    try:
+        from lightning.pytorch.core.optimizer import _configure_optimizers
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optimizers, _, _ = _configure_optimizers(model.configure_optimizers())
+    except Exception:
+        return None
+    if not optimizers:
+        return None
+    kind = type(optimizers[0])
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def training_length(trainer: Mapping[str, Any]) -> dict[str, Any]:

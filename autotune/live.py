@@ -75,7 +75,11 @@ class LiveUI(ConsoleUI):
 
     def trial_finished(self, trial) -> None:
         self.running.pop(trial.number, None)
-        row = {**trial_rows(None, trials=[trial])[0], "baseline": bool(trial.user_attrs.get("baseline"))}
+        row = {
+            **trial_rows(None, trials=[trial])[0],
+            "baseline": bool(trial.user_attrs.get("baseline")),
+            "pair_of": trial.user_attrs.get("pair_of"),
+        }
         self.finished.append(row)
         if self.task is not None:
             self.progress.advance(self.task)
@@ -149,6 +153,8 @@ class LiveUI(ConsoleUI):
                         "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance"
                     )
                 )
+                if row.get("pair_of") is not None:  # its loss is judged against its pair's, in the race
+                    status = "paired run"
                 if row.get("baseline"):
                     status += " (baseline)"
             else:

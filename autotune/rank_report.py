@@ -97,6 +97,7 @@ class RankReport(RankSummary, total=False):
         precision_ran: The precision Lightning ran (``str(trainer.precision)``).
         applied: What the rank really trained with (:func:`autotune.callback.applied_knobs`).
         lr_ran: The first optimizer's first param group's ``lr`` at the start of training.
+        optimizer_ran: The first optimizer's class path (``torch.optim.adamw.AdamW``), or ``None``.
         first_batch_time: When the first training batch started, epoch seconds.
         train_end_time: When the last training batch ended, epoch seconds.
         first_batch_size: Samples in the first training batch.
@@ -119,6 +120,7 @@ class RankReport(RankSummary, total=False):
     precision_ran: str
     applied: dict[str, Any]
     lr_ran: float | None
+    optimizer_ran: str | None
     first_batch_time: float | None
     train_end_time: float | None
     first_batch_size: int | None

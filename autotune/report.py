@@ -419,6 +419,8 @@ class ConsoleUI:
             feasible = "" if attrs.get("feasible", True) else " [infeasible: loss above tolerance]"
             if attrs.get("feasible", True) is None:
                 feasible = " [short run: loss not judged]"
+            if "pair_of" in attrs:  # its own budget: its loss is judged against its pair's, in the race
+                feasible = " [paired run]"
             self.info(
                 f"  -> {attrs['samples_per_sec']:,.0f} samples/s, {attrs.get('loss_source')} {attrs['loss']:.4g}, "
                 f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"

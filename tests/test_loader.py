@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from conftest import EXAMPLES, MODELS
 
@@ -338,3 +340,15 @@ def test_a_constructor_that_raises_in_a_trial_fails_the_trial_classified_as_what
     outcome = run_trial_process(spec, timeout=120, trial_number=2, expected_ranks=1, devices=1)
     line = _RAISES_IN_INIT.splitlines().index('            raise KeyError("vocab")') + 1
     assert (outcome.fail_kind, outcome.fail_reason) == ("exception", f"exception in user code: KeyError: 'vocab' at raises.py:{line}")
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_inspection_records_the_optimizer_configure_optimizers_returns_when_it_runs_before_training():
+    """The lr rule of --search staged follows the optimizer's family: SGD's class is read from the
+    model's own configure_optimizers; one that needs the Trainer (a OneCycle schedule's total steps)
+    leaves it unknown instead of failing the inspection."""
+    from autotune.inspection import inspect_model
+
+    models = Path(__file__).parent / "models"
+    assert inspect_model({"model_file": str(models / "tiny.py")})["model_info"]["optimizer"] == "torch.optim.sgd.SGD"
+    assert inspect_model({"model_file": str(models / "schedulers.py")})["model_info"]["optimizer"] is None

@@ -79,8 +79,9 @@ def lr_rule(space_scaling: str, optimizer: str | None) -> tuple[str, str]:
 
     The space's ``lr_scaling`` when it names one (``linear`` or ``sqrt``); else by the optimizer's
     family: ``linear`` for SGD (Goyal et al. 2017), ``sqrt`` for Adam and other adaptive methods
-    (Malladi et al. 2022; Hoffer et al. 2017); ``sqrt`` when the optimizer is unknown (the inspection
-    knows it only when a LightningCLI config names it: ``configure_optimizers`` runs in training).
+    (Malladi et al. 2022; Hoffer et al. 2017); ``sqrt`` when the optimizer or its family is unknown (the
+    inspection knows it when a LightningCLI config names it, or when the model's ``configure_optimizers``
+    runs without a Trainer).
 
     Args:
         space_scaling: The space's ``lr_scaling`` (``none``, ``linear``, ``sqrt``).
@@ -97,6 +98,11 @@ def lr_rule(space_scaling: str, optimizer: str | None) -> tuple[str, str]:
         return "linear", f"{short} is SGD-family: linear scaling (Goyal et al. 2017)"
     if family == "adam":
         return "sqrt", f"{short} is Adam-family: square-root scaling (Malladi et al. 2022)"
+    if optimizer:
+        return "sqrt", (
+            f"{short}'s scaling family is not known: square-root scaling, the Adam-family rule (Malladi et al. 2022); "
+            "`lr_scaling: linear` in the space for SGD-like optimizers"
+        )
     return "sqrt", (
         "the optimizer is not known before training: square-root scaling, the Adam-family rule "
         "(Malladi et al. 2022); `lr_scaling: linear` in the space for SGD"

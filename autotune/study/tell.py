@@ -43,6 +43,7 @@ def _measure_attrs(outcome) -> dict[str, Any]:
     attrs = merge_ranks(ranks, ranks[0].get("peak_memory_kind", "cpu_rss"))
     attrs["precision_ran"] = ranks[0].get("precision_ran")
     attrs["lr_ran"] = ranks[0].get("lr_ran")
+    attrs["optimizer_ran"] = ranks[0].get("optimizer_ran")
     attrs["applied"] = ranks[0].get("applied")
     return attrs
 
