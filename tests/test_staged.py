@@ -79,8 +79,11 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     assert base.user_attrs["baseline"] and "stage" not in base.user_attrs
     # (a stage-1 config sampled twice is a duplicate, not run, and replaced within stage 1)
     short = [t for t in trials if t.user_attrs.get("stage") == "system" and "duplicate_of" not in t.user_attrs]
-    full = [t for t in trials if t.user_attrs.get("stage") == "full" and "duplicate_of" not in t.user_attrs]
-    assert len(short) == 5 and len(full) == 3
+    stage2 = [t for t in trials if t.user_attrs.get("stage") == "full"]
+    full = [t for t in stage2 if "duplicate_of" not in t.user_attrs]
+    # (a stage-2 config the sampler proposes again is a duplicate: it counts, and is not run)
+    listing = [(t.number, t.user_attrs.get("stage"), t.user_attrs.get("duplicate_of"), t.state.name, t.params) for t in trials]
+    assert len(short) == 5 and len(stage2) == 3 and full, listing
     assert max(t.number for t in trials if t.user_attrs.get("stage") == "system") < min(t.number for t in full)
     for t in short:  # accumulation at the baseline's, lr by the linear rule (tiny.py trains with SGD); a shorter budget, not judged
         rule = base.params["lr"] * (t.params["batch_size"] / 16)

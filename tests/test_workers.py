@@ -410,7 +410,10 @@ def test_one_search_and_three_workers_in_the_staged_search_each_run_trials_until
     # (a stage-2 config whose class failed the loss with more optimizer steps is not run: PRUNED, failed_class)
     done = [t.state.name == "COMPLETE" or t.user_attrs.get("fail_kind") == "failed_class" for t in study.trials]
     assert len(study.trials) == 8 and all(done), [t.state.name for t in study.trials]
-    assert {t.user_attrs.get("stage") for t in study.trials} >= {"system", "full"}  # both stages ran
+    stages = {t.user_attrs.get("stage") for t in study.trials}
+    # both stages ran, unless on these busy cores no screened config measured faster than the best feasible trial
+    # (then the search says so and its other trials sample every knob)
+    assert "system" in stages and ("full" in stages or "no system config left that could beat" in outputs[0][0]), (stages, outputs[0][0][-3000:])
     last = max(t.datetime_complete for t in study.trials)
     ran_by_workers = 0
     for i, (out, _err) in enumerate(outputs[1:], start=1):
