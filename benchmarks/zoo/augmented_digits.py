@@ -1,8 +1,8 @@
 """An input-bound model: digits with costly per-sample augmentation in ``Dataset.__getitem__``.
 
-Model-zoo entry of ``benchmarks/zoo.py``. Each sample is upsampled to 32x32, randomly rotated,
-scaled and shifted (an affine ``grid_sample``), blurred, noised and partly erased, one sample at a
-time as torchvision-style transforms do. The model is a small CNN, so the DataLoader's worker
+Model-zoo entry of ``benchmarks/zoo.py``. Each sample is randomly rotated, scaled and shifted
+onto 32x32 (bilinear), blurred, noised and partly erased, one sample at a time in NumPy, as
+PIL-style transforms do. The model is a small CNN, so the DataLoader's worker
 processes (``num_workers``), not the model, bound the throughput at the defaults.
 
     autotune search benchmarks/zoo/augmented_digits.py
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
@@ -20,25 +21,44 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 _SIZE = 32
+_GRID = np.mgrid[0:_SIZE, 0:_SIZE].astype(np.float64) - (_SIZE - 1) / 2
+_BLUR = (1 / 16, 4 / 16, 6 / 16, 4 / 16, 1 / 16)
 
 
-def _augment(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One augmented ``(1, 32, 32)`` image from an ``(1, 8, 8)`` image in [0, 1]."""
-    x = F.interpolate(image.unsqueeze(0), size=(_SIZE, _SIZE), mode="bicubic", align_corners=False)
-    angle, scale, dx, dy = (torch.rand(4, generator=generator) * 2 - 1).tolist()
-    angle *= math.pi / 12  # up to 15 degrees
-    scale = 1.0 + 0.15 * scale
+def _warp(image: np.ndarray, angle: float, scale: float, dx: float, dy: float) -> np.ndarray:
+    """``image`` ``(8, 8)`` rotated by ``angle`` radians, scaled by ``scale``, shifted by ``(dx, dy)``
+    source pixels and resampled (bilinear, inverse mapping) onto ``(32, 32)``, then blurred by a
+    5-tap binomial kernel along each axis."""
     cos, sin = math.cos(angle) / scale, math.sin(angle) / scale
-    theta = torch.tensor([[[cos, -sin, 0.1 * dx], [sin, cos, 0.1 * dy]]])
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    x = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-    kernel = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
-    kernel = (kernel[:, None] * kernel[None, :] / 256.0).view(1, 1, 5, 5)
-    x = F.conv2d(x, kernel, padding=2)
-    x = x + 0.05 * torch.randn(x.shape, generator=generator)
-    top, left = torch.randint(0, _SIZE - 8, (2,), generator=generator).tolist()
-    x[..., top : top + 8, left : left + 8] = 0.0  # random erasing
-    return ((x - 0.2) / 0.3).squeeze(0)
+    rows, cols = _GRID
+    src_r = (cos * rows - sin * cols) * (8 / _SIZE) + 3.5 + dy
+    src_c = (sin * rows + cos * cols) * (8 / _SIZE) + 3.5 + dx
+    r0, c0 = np.floor(src_r).astype(int), np.floor(src_c).astype(int)
+    fr, fc = src_r - r0, src_c - c0
+    padded = np.pad(image, 1)
+    r0, c0 = np.clip(r0 + 1, 0, 8), np.clip(c0 + 1, 0, 8)
+    out = (
+        padded[r0, c0] * (1 - fr) * (1 - fc)
+        + padded[r0 + 1, c0] * fr * (1 - fc)
+        + padded[r0, c0 + 1] * (1 - fr) * fc
+        + padded[r0 + 1, c0 + 1] * fr * fc
+    )
+    for axis in (0, 1):
+        p = np.pad(out, [(2, 2) if a == axis else (0, 0) for a in (0, 1)])
+        out = sum(w * np.take(p, range(k, k + _SIZE), axis=axis) for k, w in enumerate(_BLUR))
+    return out
+
+
+def _augment(image: np.ndarray, rng: np.random.Generator) -> torch.Tensor:
+    """One augmented, normalised ``(1, 32, 32)`` float image from an ``(8, 8)`` image in [0, 1], in
+    NumPy as PIL-style transforms work: a random rotation (up to 15 degrees), scale (up to 15%) and
+    shift, ``_warp``, Gaussian noise and an erased 8x8 square."""
+    angle, scale, dx, dy = rng.uniform(-1.0, 1.0, 4)
+    out = _warp(image, angle * math.pi / 12, 1.0 + 0.15 * scale, dx, dy)
+    out = out + rng.normal(0.0, 0.05, out.shape)
+    top, left = rng.integers(0, _SIZE - 8, 2)
+    out[top : top + 8, left : left + 8] = 0.0  # random erasing
+    return torch.from_numpy(((out - 0.2) / 0.3).astype(np.float32)).unsqueeze(0)
 
 
 class AugmentedDigits(Dataset):
@@ -51,7 +71,7 @@ class AugmentedDigits(Dataset):
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, seed: int = 0):
-        self.images = images
+        self.images = images.squeeze(1).numpy().astype(np.float64)
         self.labels = labels
         self.seed = seed
         self.calls = 0
@@ -61,12 +81,12 @@ class AugmentedDigits(Dataset):
 
     def __getitem__(self, index: int):
         self.calls += 1
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index * 7919 + self.calls)
-        return _augment(self.images[index], generator), self.labels[index]
+        rng = np.random.default_rng((self.seed, index, self.calls))
+        return _augment(self.images[index], rng), self.labels[index]
 
 
 class AugmentedDigitsDataModule(pl.LightningDataModule):
-    """Augmented digits for training, plain upsampled digits for validation (80/20 split).
+    """Augmented digits for training, the same resampling without augmentation for validation (80/20 split).
 
     Args:
         batch_size: Samples per batch (per device).
@@ -86,8 +106,9 @@ class AugmentedDigitsDataModule(pl.LightningDataModule):
         y = torch.tensor(digits.target, dtype=torch.long)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(self.seed))
         n_val = len(x) // 5
-        val_x = F.interpolate(x[order[:n_val]], size=(_SIZE, _SIZE), mode="bicubic", align_corners=False)
-        self.val_set = TensorDataset((val_x - 0.2) / 0.3, y[order[:n_val]])
+        plain = [_warp(image, 0.0, 1.0, 0.0, 0.0) for image in x[order[:n_val]].squeeze(1).double().numpy()]
+        val_x = torch.from_numpy((np.stack(plain)[:, None] - 0.2) / 0.3).float()
+        self.val_set = TensorDataset(val_x, y[order[:n_val]])
         self.train_set = AugmentedDigits(x[order[n_val:]], y[order[n_val:]], self.seed)
 
     def train_dataloader(self) -> DataLoader:

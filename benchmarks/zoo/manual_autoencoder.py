@@ -4,7 +4,8 @@ Model-zoo entry of ``benchmarks/zoo.py`` (no download). ``automatic_optimization
 ``training_step`` runs ``manual_backward``, clips the gradients itself and steps both optimizers,
 as GAN and meta-learning code does. Lightning accumulates no gradients for such a module, so
 autotune leaves ``accumulate_grad_batches`` out of the search. The step returns its loss, which
-Lightning passes on untouched, and ``val_loss`` (reconstruction MSE) is logged.
+Lightning passes on untouched, and ``val_loss`` (reconstruction MSE) is logged. Lightning counts
+both optimizers' steps in ``trainer.global_step``, so ``max_steps=N`` trains N/2 batches here.
 
     autotune search benchmarks/zoo/manual_autoencoder.py
 """
