@@ -25,8 +25,9 @@ For each model, on this machine:
    ``--repeats`` pairs (default 3), back to back, alternating which runs first, so that a
    drifting load hits both alike (a paired design, as in MLPerf's and irace's comparisons). The
    standalone speed-up is the median over pairs of the baseline's seconds to target over the
-   recommendation's. When the recommendation is the baseline's config the pairs are an A/A test:
-   their spread is the noise floor of the check.
+   recommendation's. When the recommendation is the baseline's config, its speed-up is 1.00x by
+   definition (the user's training does not change) and the pairs are an A/A test: their range
+   (column ``pairs``; ``measured_speedup`` in the JSON) is the noise floor of the check.
 3. **Wrong call**: the recommendation is worse standalone beyond noise: it failed to reach the
    baseline's loss in most runs that the baseline's reached it in (``worse loss``), or its median
    paired speed-up is below ``1 - --margin`` (default 0.10) with most pairs slower (``slower``).
@@ -256,7 +257,8 @@ def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int,
         same: The recommendation is the baseline's config (an A/A test: never a wrong call).
 
     Returns:
-        The target, every run, the per-pair speed-ups, their median and the verdict.
+        The target, every run, the per-pair speed-ups, their median (1.0 for an A/A test, whose
+        measured median is ``measured_speedup``) and the verdict.
     """
     window = samples / 10
     reference = _standalone(folder, model, base, samples)
@@ -276,8 +278,8 @@ def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int,
     slower = [x for x in ratios if x < 1.0]
     result["speedup"] = statistics.median(ratios) if ratios else None
     result["speedup_range"] = [min(ratios), max(ratios)] if ratios else None
-    if same:
-        result.update(wrong_call=False, verdict="A/A: the recommendation is the baseline's config")
+    if same:  # the user's training is unchanged: 1.00x by definition, and the pairs measured the noise
+        result.update(measured_speedup=result["speedup"], speedup=1.0, wrong_call=False, verdict="A/A: recommended the baseline's config")
     elif base_reached and 2 * len(rec_missed) > len(base_reached):
         result.update(wrong_call=True, verdict=f"worse loss: missed the target in {len(rec_missed)} of {len(base_reached)} runs")
     elif result["speedup"] is not None and result["speedup"] < 1 - margin and 2 * len(slower) > len(ratios):

@@ -117,3 +117,42 @@ def test_the_cpu_hog_is_pinned_to_one_core_and_stopped_even_when_the_block_raise
         raise RuntimeError("boom")
     assert pinned == {core} and core == max(os.sched_getaffinity(0))
     assert not _alive(hog.pid)
+
+
+def _fake_runs(zoo, monkeypatch, base_seconds, rec_seconds):
+    """Replace the standalone runs: the reference run ends at loss 0.5; then each config's next time to target."""
+    calls = []
+    times = {"base.yaml": iter(base_seconds), "rec.yaml": iter(rec_seconds)}
+
+    def fake(folder, model, config, samples, target=None, window=None):
+        calls.append((Path(config).name, target))
+        if target is None:
+            return {"loss_curve_tail": 0.5, "samples": samples}
+        return {"seconds_to_target": next(times[Path(config).name]), "samples_per_sec": 100.0}
+
+    monkeypatch.setattr(zoo, "_standalone", fake)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("base", "rec", "same", "speedup", "wrong", "verdict"),
+    [
+        ([2.0, 2.0, 2.0], [1.0, 1.0, 4.0], False, 2.0, False, "ok"),
+        ([2.0, 2.0, 2.0], [4.0, 4.0, 1.0], False, 0.5, True, "slower: 2 of 3 pairs"),
+        ([2.0, 2.0, 2.0], [None, None, 1.0], False, 2.0, True, "worse loss: missed the target in 2 of 3 runs"),
+        ([2.0, 2.0, 2.0], [2.1, 2.1, 2.1], False, 2.0 / 2.1, False, "ok"),  # slower, but within the 10% margin
+        ([2.0, 1.0, 2.0], [1.0, 2.0, 2.0], True, 1.0, False, "A/A: recommended the baseline's config"),
+    ],
+)
+def test_the_paired_check_alternates_the_order_and_judges_wrong_calls_on_the_pairs(monkeypatch, tmp_path, base, rec, same, speedup,
+                                                                                     wrong, verdict):
+    zoo = _zoo_bench()
+    calls = _fake_runs(zoo, monkeypatch, base, rec)
+    got = zoo.paired_check(tmp_path, Path("m.py"), Path("base.yaml"), Path("rec.yaml"), 1000, 3, 0.10, same)
+    assert calls[0] == ("base.yaml", None)  # the reference run sets the target
+    assert [c[0] for c in calls[1:]] == ["base.yaml", "rec.yaml", "rec.yaml", "base.yaml", "base.yaml", "rec.yaml"]
+    assert all(c[1] == 0.5 for c in calls[1:])
+    assert got["speedup"] == pytest.approx(speedup)
+    assert (got["wrong_call"], got["verdict"]) == (wrong, verdict)
+    if same:
+        assert got["measured_speedup"] == pytest.approx(1.0)  # median of 2.0, 0.5, 1.0: what the A/A pairs measured
