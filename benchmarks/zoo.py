@@ -32,6 +32,8 @@ For each model, on this machine:
    baseline's loss in most runs that the baseline's reached it in (``worse loss``), or its median
    paired speed-up is below ``1 - --margin`` (default 0.10) with most pairs slower (``slower``).
 
+The exit code is 1 when a model's search failed (its row says why), else 0.
+
 ``--hog`` runs everything beside a CPU hog: a child process, pinned to the last core with
 ``os.sched_setaffinity``, runs a busy loop that ends by itself after ``--hog-seconds`` or when
 this process goes, and is stopped in a ``finally``.
@@ -383,13 +385,17 @@ def main() -> int:
 
     models = list(QUICK_MODELS) if args.quick else [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in ZOO]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown!r} in --models; choose from: {', '.join(ZOO)}")
-    if args.repeats < 1 or not 0 <= args.margin < 1 or (args.trials is not None and args.trials < 1) or args.hog_seconds <= 0:
-        parser.error(
-            f"--repeats {args.repeats!r} must be >= 1, --margin {args.margin!r} in [0, 1), --trials {args.trials!r} >= 1, "
-            f"--hog-seconds {args.hog_seconds!r} > 0: give values in those ranges"
-        )
+    bad = [
+        f"unknown model(s) {unknown!r} in --models; choose from: {', '.join(ZOO)}" if unknown else "",
+        f"--repeats {args.repeats!r} is below 1; give 1 or more pairs" if args.repeats < 1 else "",
+        f"--margin {args.margin!r} is outside [0, 1); give a fraction such as 0.1" if not 0 <= args.margin < 1 else "",
+        f"--trials {args.trials!r} is below 1; give 1 or more, or leave it out for autotune's default"
+        if args.trials is not None and args.trials < 1
+        else "",
+        f"--hog-seconds {args.hog_seconds!r} is not positive; give the hog's longest life in seconds" if args.hog_seconds <= 0 else "",
+    ]
+    if any(bad):
+        sys.exit(f"zoo.py: error: {next(b for b in bad if b)}")  # one line, exit code 1
     trials = QUICK_TRIALS if args.quick and args.trials is None else args.trials
     extra = shlex.split(args.search_args)
     out = args.out or ROOT / "benchmarks" / "results" / ("zoo_hog.json" if args.hog else "zoo.json")
@@ -432,7 +438,7 @@ def main() -> int:
     }
     out.write_text(json.dumps(run, indent=2, default=str))
     print(f"written to {out}")
-    return 0
+    return 1 if any("error" in r for r in results) else 0
 
 
 if __name__ == "__main__":
