@@ -11,7 +11,8 @@ For each model, on this machine:
 
 1. **Search**: ``autotune search MODEL`` at its default settings (budget, confirmation, objective;
    ``--trials N`` shrinks it), through the CLI only (``--storage``, ``--study-name``, ``--out``),
-   so the benchmark keeps working while the search code changes. Recorded: the search's wall
+   so the benchmark keeps working while the search code changes (this checkout's ``autotune``
+   comes first on ``PYTHONPATH``, not an installed one). Recorded: the search's wall
    time; the tuner's speed-up, read from the export header's ``measured:`` line (else from
    ``autotune show --format json``: the recommended trial's samples/s over the baseline's); the
    confirmation share, the wall seconds of the confirmation runs (trials with the user attribute
@@ -23,7 +24,8 @@ For each model, on this machine:
    (twice the search's samples per trial); its moving-average training loss at the end is the
    target. Then baseline and recommendation train to that target (at most 4x that budget),
    ``--repeats`` pairs (default 3), back to back, alternating which runs first, so that a
-   drifting load hits both alike (a paired design, as in MLPerf's and irace's comparisons). The
+   drifting load hits both alike (a paired design, as irace's F-race compares candidates on the
+   same instances). The
    standalone speed-up is the median over pairs of the baseline's seconds to target over the
    recommendation's. When the recommendation is the baseline's config, its speed-up is 1.00x by
    definition (the user's training does not change) and the pairs are an A/A test: their range
