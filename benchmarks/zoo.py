@@ -176,6 +176,10 @@ def tuner_speedup(header: str, rows: list[dict]) -> tuple[float | None, str]:
         recommended trial's samples/s over the baseline trial's; ``(None, "none")`` without either.
     """
     lines = [line for line in header.splitlines() if line.startswith("#")]
+    for line in lines:  # paired: "measured: the config of trial 7 is 1.62x faster [...]" or "measured: 1.00x: ..."
+        match = re.match(r"# measured: (?:the config of trial \d+ is )?([0-9]+(?:\.[0-9]+)?)x", line)
+        if match:
+            return float(match.group(1)), "export header"
     for line in sorted(lines, key=lambda line: not line.startswith("# measured")):
         match = re.search(r"speed-?up\D{0,12}?([0-9]+(?:\.[0-9]+)?)x", line, re.IGNORECASE)
         if match:
