@@ -3,7 +3,9 @@ groups, and the recommendation."""
 
 from __future__ import annotations
 
+import json
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,23 +97,31 @@ def _search_records(study, trials: list | None = None) -> list:
     ]
 
 
+#: Per storage and study: the finished trials indexed, and the completed search trials by (config, budget).
+_MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _measured_before(study, number: int, config: TrialConfig, budget: int):
     """The first completed search trial (not a confirmation run, nor itself a duplicate) with the same
     config and training budget as trial ``number``, or ``None``."""
 
-    wanted, settings = config.to_dict(), settings_of(study)
+    settings = settings_of(study)
     assert settings is not None  # only trials of an autotune study (it stores its settings) come here
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    # an index of the completed search trials by (config, budget), each finished trial added once
+    # (Optuna never changes a finished trial): a lookup instead of a pass over the study per trial
+    seen, first = _MEASURED.setdefault(study._storage, {}).setdefault(study._study_id, (set(), {}))
+    every = study.get_trials(deepcopy=False)
+    for t in every:
+        if t._trial_id in seen or not t.state.is_finished():
+            continue
+        seen.add(t._trial_id)
         attrs = t.user_attrs
-        if (
-            t.number != number
-            and attrs.get("config") == wanted
-            and "confirm_of" not in attrs
-            and "duplicate_of" not in attrs
-            and _budget(attrs, settings) == budget
-        ):
-            return t
-    return None
+        if t.state == optuna.trial.TrialState.COMPLETE and "confirm_of" not in attrs and "duplicate_of" not in attrs and "config" in attrs:
+            key = (json.dumps(attrs["config"], sort_keys=True), _budget(attrs, settings))
+            first.setdefault(key, []).append(t.number)
+    numbers = first.get((json.dumps(config.to_dict(), sort_keys=True), budget), [])
+    found = min((n for n in numbers if n != number), default=None)
+    return None if found is None else every[found]
 
 
 def configs_left(study, resolved: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -25,7 +25,7 @@ from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
 from autotune.samplers import make_sampler
 from autotune.space import params_of
-from autotune.storage import check_storage_url, check_writable, mask_url, open_storage, storage_file
+from autotune.storage import check_storage_url, check_writable, freeze_read_trials, mask_url, open_storage, storage_file
 from autotune.study.bounds import epoch_lines
 from autotune.study.options import (
     SearchOptions,
@@ -118,6 +118,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         prestart(model_file, opts.jobs)  # its imports overlap opening and reading the study
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
+    freeze_read_trials()
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
         raise UsageError(

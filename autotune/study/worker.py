@@ -12,7 +12,7 @@ import optuna
 from autotune.errors import StudyNotFoundError, UsageError
 from autotune.jobs import prestart
 from autotune.nodes import NodeIdentity, follow
-from autotune.storage import check_writable, mask_url, open_storage
+from autotune.storage import check_writable, freeze_read_trials, mask_url, open_storage
 from autotune.study.plan import stopped_runs
 from autotune.study.queue import drain_queue
 from autotune.study.records import recommendation
@@ -96,6 +96,7 @@ def run_worker(
     if not cold and (settings.num_nodes or 1) == 1 and not storage_url.startswith("grpc:"):
         prestart(settings.model_file, jobs)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)) + os.getpid())
+    freeze_read_trials()
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({len(study.get_trials(deepcopy=False))} trials so far)")
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
     if leader is not None and jobs != 1:  # a multi-node study (either end of it)
