@@ -172,9 +172,10 @@ def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]
     """Why ``config`` need not run: a config of its class already failed the loss at full budget.
 
     A class is a precision and the constructor arguments. A full-budget trial of the class that
-    failed the loss tolerance rules out every config with the same or a larger effective batch (the
-    same samples in as many or fewer optimizer steps) at the same or a larger lr multiplier
-    (:func:`lr_multiplier`).
+    failed the loss tolerance rules out every config with a larger effective batch (the same samples
+    in fewer optimizer steps), whatever its lr, and every config with the same effective batch at the
+    same or a larger lr multiplier (:func:`lr_multiplier`); the same steps at a smaller lr may still
+    converge.
 
     Args:
         config: The config about to run.
@@ -194,12 +195,18 @@ def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]
         ):
             continue
         theirs = lr_multiplier(failed, baseline, rule)
-        if config.effective_batch_size >= failed.effective_batch_size and mine >= theirs * (1 - 1e-9):
+        if config.effective_batch_size > failed.effective_batch_size:
+            return (
+                f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
+                f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget, and this config trains "
+                f"the same samples in fewer optimizer steps (effective batch {config.effective_batch_size})"
+            )
+        if config.effective_batch_size == failed.effective_batch_size and mine >= theirs * (1 - 1e-9):
             return (
                 f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
                 f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget, and this config has "
-                f"the same or a larger effective batch ({config.effective_batch_size}) at the same or a larger "
-                f"lr multiplier (x{mine:.3g}): as many or fewer optimizer steps"
+                f"the same effective batch ({config.effective_batch_size}) at the same or a larger "
+                f"lr multiplier (x{mine:.3g})"
             )
     return None
 

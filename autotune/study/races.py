@@ -131,9 +131,20 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
     return races
 
 
+def _same_math(incumbent: Any, candidate: Any) -> bool:
+    """Whether two stored ``config`` attributes compute the same math up to rounding (:func:`autotune.study.math_class.is_preserving`)."""
+    if not isinstance(incumbent, dict) or not isinstance(candidate, dict):
+        return False
+    from autotune.config import TrialConfig
+    from autotune.study.math_class import is_preserving
+
+    return is_preserving(TrialConfig.from_dict(candidate), TrialConfig.from_dict(incumbent))
+
+
 def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, maximize: bool, settings: StudySettings) -> Race:
     """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it)."""
     pairs, failed, pending, missing = [], 0, 0, []
+    same_math = False  # the candidate keeps the incumbent's math: its loss is held to the sanity tolerance
     indices = sorted({i for i, _ in runs})
     for i in indices:
         slot = {}
@@ -150,6 +161,7 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
                 missing.append((i, role))
         if len(slot) == 2:
             inc, cand = slot["incumbent"], slot["candidate"]
+            same_math = _same_math(inc.user_attrs.get("config"), cand.user_attrs.get("config"))
             pairs.append(
                 Pair(
                     objective_value(inc, settings.objective),
@@ -159,7 +171,12 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
                     (inc.number, cand.number),
                 )
             )
-    verdict = judge(pairs, maximize, settings.loss_tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3))
+    tolerance = settings.loss_tolerance
+    if same_math:  # rounding and data order, not convergence (as the math-preserving stage judges it)
+        from autotune.study.math_class import SANITY_FACTOR, SANITY_FLOOR
+
+        tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+    verdict = judge(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3))
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)

@@ -289,9 +289,16 @@ def stage2_round(
             continue
         first = {**system, **fixed} if context is None else context.first_point(system, fixed)
         done = any(_same({n: t.params.get(n) for n in first}, first) for t in mine)
+        # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
+        tiny = {**first, "lr": first["lr"] * 1e-6} if "lr" in first else None
+        if context is not None and tiny and failed_class(context.config_of(tiny), failures, context.baseline, context.rule):
+            continue
         if not done and context is not None:
             done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
-        out.append((dict(system) if done else first, {"stage": "full"}))
+        # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
+        # optimizer steps, which failed_class rules out once the class failed)
+        again = {**system, **({k: v for k, v in fixed.items() if k == "accumulate_grad_batches"} if context is not None else {})}
+        out.append((again if done else first, {"stage": "full"}))
     return out
 
 

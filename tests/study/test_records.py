@@ -241,3 +241,21 @@ def test_trial_log_is_the_stored_output_or_says_why_there_is_none():
     study.enqueue_trial({})
     with pytest.raises(AutotuneError, match=r"trial 5 is waiting: its output is stored when it ends"):
         trial_log(study.trials[5], "s")
+
+
+def test_a_race_holds_a_candidate_that_keeps_the_baselines_math_to_the_sanity_tolerance():
+    """More loader workers change only the data order: a 10% higher loss is within the sanity check's
+    15% (3 x 5%) and the race is won; the same loss gap on a larger batch (other math) loses it."""
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    workers = add(study, 300.0, 1.0, num_workers=2)
+    race(study, workers.number, [100.0, 104.0, 98.0], [300.0, 310.0, 290.0], candidate_loss=1.10)
+    confirmed = confirmation(study, _settings(study))
+    assert confirmed.races[0].verdict.outcome == "win" and confirmed.chosen == workers.number
+
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    bigger = add(study, 300.0, 1.0, batch_size=64)
+    race(study, bigger.number, [100.0, 104.0, 98.0], [300.0, 310.0, 290.0], candidate_loss=1.10)
+    confirmed = confirmation(study, _settings(study))
+    assert confirmed.races[0].verdict.outcome == "loss" and confirmed.chosen == 0
