@@ -185,6 +185,7 @@ def _add_search_run(s: argparse.ArgumentParser) -> None:
         "--confirm-pairs",
         "--confirm-repeats",
         dest="confirm_repeats",
+        metavar="PAIRS",
         type=_positive_int,
         default=opt["confirm_repeats"],
         help=f"most pairs of runs per race (default {opt['confirm_repeats']}, at least 3)",

@@ -360,7 +360,7 @@ def test_a_staged_search_gives_a_math_preserving_config_a_full_budget_run(tmp_pa
                      "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
     r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 7, "--samples", 1024, "--space", space,
             "--storage", f"sqlite:///{db}", env={"TINY_SLOW_BATCH": "16"}, check_rc=0)  # the baseline's batch is slow
-    assert "3 math-preserving first" in r.stdout and "linear: SGD is SGD-family: linear scaling" in r.stdout
+    assert "3 math-preserving first" in r.stdout and "linear: SGD, an SGD-family optimizer: linear scaling" in r.stdout
     study, _ = load_study("tiny", f"sqlite:///{db}")
     base = study.trials[0]
     screened = [t for t in study.trials if t.user_attrs.get("stage") == "system"]

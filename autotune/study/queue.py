@@ -356,9 +356,11 @@ def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budg
 
 def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
     """The command that finishes a stopped run (see :func:`_interrupted`), or ``""``."""
-    if plan is not None and (plan.left() or plan.confirm_left):
+    waiting = [t for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
+    # a paired confirmation run left queued: only the search that races continues its race
+    if plan is not None and (plan.left() or plan.confirm_left or any("pair_of" in t.user_attrs for t in waiting)):
         return _resume_command(settings, storage_url, plan.trials, plan.flags)
-    if any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False)):
+    if waiting:
         return shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
     return ""
 

@@ -135,7 +135,14 @@ def _judge(
         else:
             baseline = study.user_attrs.get(BASELINE_ATTR)
             baseline_loss = loss if is_baseline else baseline["loss"]
-            if "trial_samples" in trial.user_attrs:
+            if "pair_of" in trial.user_attrs and _budget(trial.user_attrs, settings) != int(settings.samples):
+                # a paired run at another budget: its loss is judged against its pair's, in the race; the
+                # sampler is told what the config's own full-budget trial was told
+                original = study.get_trials(deepcopy=False)[int(trial.user_attrs["confirm_of"])]
+                told = original.user_attrs.get("constraint")
+                constraint = float(told) if told is not None else SHORT_RUN_CONSTRAINT
+                attrs["constraint"], attrs["feasible"] = None, None
+            elif "trial_samples" in trial.user_attrs:
                 # a short run's loss is not comparable with the baseline's full budget: its
                 # convergence is not judged (stage 2 judges it at full budget), and the sampler is
                 # told it is not known to be feasible (SHORT_RUN_CONSTRAINT)

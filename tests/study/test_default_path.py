@@ -62,6 +62,8 @@ def test_the_default_search_screens_short_trains_the_fastest_in_full_and_confirm
         assert not runs and "no feasible config other than the baseline to race; the baseline is recommended" in r.stdout
         return
     assert runs and all("pair_of" in t.user_attrs for t in runs)
+    # at 512 samples, a quarter of the study's: not judged against the baseline's full-budget loss (the race judges it)
+    assert all(t.user_attrs["feasible"] is None and t.user_attrs["constraint"] is None for t in runs)
     raced = {t.user_attrs["pair_of"] for t in runs}
     assert all(trials[n].user_attrs["feasible"] and "trial_samples" not in trials[n].user_attrs for n in raced)
     assert all(t.user_attrs["confirm_samples"] == 512 and t.params == trials[t.user_attrs["confirm_of"]].params for t in runs)

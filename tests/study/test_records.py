@@ -259,3 +259,21 @@ def test_a_race_holds_a_candidate_that_keeps_the_baselines_math_to_the_sanity_to
     race(study, bigger.number, [100.0, 104.0, 98.0], [300.0, 310.0, 290.0], candidate_loss=1.10)
     confirmed = confirmation(study, _settings(study))
     assert confirmed.races[0].verdict.outcome == "loss" and confirmed.chosen == 0
+
+
+def test_an_interrupted_race_is_resumed_by_the_search_not_by_a_worker():
+    """Ctrl-C during confirmation re-queues the interrupted paired run; only the search races, so the
+    resume line names the search command (a worker would run the queued run and leave the race undecided)."""
+    from autotune.study.plan import _Plan
+    from autotune.study.queue import _resume
+
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    fast = add(study, 300.0, 1.0, batch_size=64)
+    settings = _settings(study)
+    plan = _Plan(study, "run-1", "flat", 4)
+    assert _resume(study, settings, "sqlite:///s.db", plan) == ""  # nothing left, nothing queued
+    study.enqueue_trial({"batch_size": 64}, user_attrs={"confirm_of": fast.number, "confirm_samples": 2048, "pair_of": fast.number,
+                                                        "pair_index": 0, "incumbent": 0})
+    assert _resume(study, settings, "sqlite:///s.db", plan).startswith("autotune search ")
+    assert _resume(study, settings, "sqlite:///s.db", None).startswith("autotune worker ")  # no search run to continue
