@@ -83,8 +83,13 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     full = [t for t in stage2 if "duplicate_of" not in t.user_attrs]
     # (a stage-2 config the sampler proposes again is a duplicate: it counts, and is not run)
     listing = [(t.number, t.user_attrs.get("stage"), t.user_attrs.get("duplicate_of"), t.state.name, t.params) for t in trials]
-    assert len(short) == 5 and len(stage2) == 3 and full, listing
-    assert max(t.number for t in trials if t.user_attrs.get("stage") == "system") < min(t.number for t in full)
+    # stage 2 proposes at most 3; it proposes fewer when the classes of the fastest configs failed the loss with
+    # more optimizer steps (the tiny model's near-zero loss fails most), and then the rest sample every knob
+    last_screen = max(t.number for t in trials if t.user_attrs.get("stage") == "system")
+    after = [t for t in trials if t.number > last_screen]
+    assert len(short) == 5 and 1 <= len(after) <= 3 and len(stage2) <= 3, listing
+    assert full or "no system config left that could beat the best feasible trial" in r.stdout, (listing, r.stdout[-3000:])
+    assert all(t.number > last_screen for t in stage2)
     for t in short:  # accumulation at the baseline's, lr by the linear rule (tiny.py trains with SGD); a shorter budget, not judged
         rule = base.params["lr"] * (t.params["batch_size"] / 16)
         assert t.params["lr"] == pytest.approx(min(rule, base.params["lr"] * 2))  # (on the space's range: 0.5x..2x)
@@ -97,7 +102,8 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
             assert "trial_samples" not in t.user_attrs and t.user_attrs["feasible"] is not None
     # batch 16 is the baseline's effective batch: its configs keep the math and get a round of their own;
     # the others change it, and go down the speed ranking
-    fastest = [s for s in top_system_configs(trials[:min(t.number for t in full)]) if s["batch_size"] != 16][:3]
+    # (down the speed ranking: a config whose class failed with more optimizer steps is passed over)
+    fastest = [s for s in top_system_configs(trials[: min((t.number for t in full), default=len(trials))]) if s["batch_size"] != 16]
     systems = [{k: t.params[k] for k in ("batch_size", "num_workers")} for t in full if t.user_attrs["math"] == "changing"]
     # on a loaded machine the baseline may measure faster than every screened config, and the rest sample every knob
     lines = r.stdout.splitlines()
