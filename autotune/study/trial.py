@@ -16,7 +16,7 @@ from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, FailKind, stopped_by
 from autotune.optuna_compat import heartbeat_interval, record_heartbeat, set_trial_system_attr
 from autotune.progress import PROGRESS_FILE_ENV, read_progress
-from autotune.pruning import intermediate_metric, milestone_steps, prune_decision
+from autotune.pruning import ShadowStudy, intermediate_metric, milestone_steps
 from autotune.runner import TrialOutcome, kill_group, run_trial_process, trial_spec
 from autotune.study.bounds import above_epoch, learn_epoch, prune_above_epoch
 from autotune.study.math_class import math_kind
@@ -49,6 +49,7 @@ class _RunContext:
         self.pruner = None
         self.pruner_name = "none"
         self.pruned: dict[int, str] = {}
+        self.shadows: dict[tuple[str, int], ShadowStudy] = {}  # the pruner's view of the completed trials
         self.lock = threading.Lock()
         self._free: queue.Queue = queue.Queue()
         for slot in slots:
@@ -202,18 +203,24 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
     single = len(study.directions) == 1
     recorded: dict[int, float] = {}
 
-    def completed() -> list[dict[int, float]]:
-        out = []
+    with ctx.lock:  # one shadow study per metric and budget, shared by the run's watchers
+        shadow = ctx.shadows.get((key, budget))
+        if shadow is None:
+            shadow = ctx.shadows[(key, budget)] = ShadowStudy(ctx.pruner, direction)
+
+    def add_completed() -> None:  # the completed trials not offered to the shadow yet: O(new)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if shadow.seen(t.number):
+                continue
             if "confirm_of" in t.user_attrs or "duplicate_of" in t.user_attrs or not t.user_attrs.get("feasible"):
+                shadow.add(t.number, None)
                 continue
             final = t.user_attrs.get(key)
             values = {int(k): float(v) for k, v in (t.user_attrs.get("intermediate") or {}).items()}
             if final is not None:
                 for step in steps:  # a trial too short for the watcher to see a milestone: its final figure
                     values.setdefault(step, float(final))
-            out.append(values)
-        return out
+            shadow.add(t.number, values)
 
     def watch() -> None:
         while not done.wait(0.25):
@@ -231,7 +238,8 @@ def _start_watch(study, trial, settings: StudySettings, ctx: _RunContext, progre
                     trial.set_user_attr("intermediate", {str(k): v for k, v in recorded.items()})
                     if single:
                         trial.report(float(value), step)
-                    prune = prune_decision(ctx.pruner, direction, completed(), recorded)
+                    add_completed()
+                    prune = shadow.decide(recorded)
                 except Exception:  # a database hiccup or a finished trial: never stop a trial for it
                     continue
                 if prune:
