@@ -20,9 +20,10 @@ The decision rule (:func:`judge`), on ``d_i = log(candidate / incumbent)`` of th
   can reach (``0.5 ** 3``).
 - **Loss**: the candidate's median final loss over its paired runs breaks the study's loss tolerance
   against the incumbent's median over the same pairs (judged from ``min_pairs`` on, as a win is).
-- **Slower**: the upper end of the interval is below ``log(1 + min_effect)`` (at least ``min_pairs``
-  pairs): the candidate cannot be 5% better; or it already lost so many pairs that the sign test
-  cannot pass within ``max_pairs``.
+- **Slower** (mean ratio at most 1) or **unproven** (mean ratio above 1): the upper end of the
+  interval is below ``log(1 + min_effect)`` (at least ``min_pairs`` pairs): the candidate cannot be
+  5% better; or it already lost so many pairs that the sign test cannot pass within ``max_pairs``
+  (a mean ratio above 1 then comes from one or two large pairs, which the sign test does not trust).
 - **Undecided**: ``max_pairs`` (6) pairs without a decision.
 - **Failed**: a paired run failed (a crash, a NaN, out of memory).
 
@@ -100,8 +101,8 @@ class Verdict:
     """What :func:`judge` decided about one race.
 
     Attributes:
-        outcome: ``win``, ``slower``, ``loss``, ``failed``, ``undecided`` (the pair cap), or ``running``
-            (more pairs are needed).
+        outcome: ``win``, ``slower`` or ``unproven`` (cannot win: mean ratio at most 1, or above 1),
+            ``loss``, ``failed``, ``undecided`` (the pair cap), or ``running`` (more pairs are needed).
         pairs: Completed pairs judged (>= 0).
         ratio: ``exp(mean log-ratio)``: how many times better the candidate is (> 1: better); NaN without pairs.
         low, high: The 90% t interval of the ratio (NaN below 2 pairs).
@@ -209,10 +210,13 @@ def judge(
     def verdict(outcome: str, reason: str = "") -> Verdict:
         return Verdict(outcome, n, ratio, low, high, better, sign_p, reason)
 
+    def cannot_win(reason: str) -> Verdict:  # "slower" only where the mean ratio says so
+        return verdict("slower" if ratio <= 1 else "unproven", reason)
+
     if failed:
         return verdict("failed", f"{failed} paired run(s) failed")
     if n and not _can_still_win(better, n, max_pairs):
-        return verdict("slower", f"better in only {better} of {n} pairs: the sign test cannot pass within {max_pairs} pairs")
+        return cannot_win(f"better in only {better} of {n} pairs: the sign test cannot pass within {max_pairs} pairs")
     if n < min_pairs:
         return verdict("running")
     mine = statistics.median(p.candidate_loss for p in pairs)
@@ -222,7 +226,7 @@ def judge(
     if mean - half > threshold and sign_p <= SIGN_ALPHA:
         return verdict("win", f"better in {better} of {n} pairs, interval above {1 + min_effect:.2f}x")
     if mean + half < threshold:
-        return verdict("slower", f"interval below the minimum effect {1 + min_effect:.2f}x")
+        return cannot_win(f"interval below the minimum effect {1 + min_effect:.2f}x")
     if n >= max_pairs:
         return verdict("undecided", f"{n} pairs (the cap) without a decision: not shown {min_effect:.0%} better")
     return verdict("running")

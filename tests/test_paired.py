@@ -36,7 +36,7 @@ def test_a_tie_stops_once_the_sign_test_cannot_pass():
     same = [100 * f * j for f, j in zip(DRIFT, jitter)]
     assert judge(_pairs(base[:3], same[:3]), maximize=True, tolerance=0.05).outcome == "running"  # 5 of 6 still possible
     got = judge(_pairs(base[:4], same[:4]), maximize=True, tolerance=0.05)
-    assert got.outcome == "slower" and got.better == 2 and got.low < 1.0 < got.high
+    assert got.outcome == ("slower" if got.ratio <= 1 else "unproven") and got.better == 2 and got.low < 1.0 < got.high
     assert got.reason == "better in only 2 of 4 pairs: the sign test cannot pass within 6 pairs"
 
 
@@ -67,7 +67,13 @@ def test_an_interval_below_the_minimum_effect_stops_the_race():
     base = [100.0] * 4
     barely = [103.0, 102.0, 102.5, 101.5]  # better in every pair, but surely by less than 5%
     got = judge(_pairs(base, barely), maximize=True, tolerance=0.05)
-    assert got.outcome == "slower" and got.high < 1.05 and got.better == 4
+    assert got.outcome == "unproven" and got.high < 1.05 and got.better == 4 and got.ratio > 1  # faster, not enough
+
+
+def test_a_mean_ratio_pulled_up_by_one_pair_is_unproven_not_slower():
+    got = judge(_pairs([100, 100, 100], [400, 90, 95]), maximize=True, tolerance=0.05)
+    assert got.ratio > 1.3 and got.better == 1
+    assert got.outcome == "unproven" and got.reason == "better in only 1 of 3 pairs: the sign test cannot pass within 6 pairs"
 
 
 def test_a_failed_run_ends_the_race():
