@@ -507,20 +507,23 @@ def _main(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from autotune.errors import stop_on_sigterm, stopped_by
+    from autotune.errors import CLOSED_OUTPUT, stop_on_closed_output, stop_on_sigterm, stopped_by
     from autotune.study import Interrupted
 
     _stacks_on_sigusr1()
     if args.command in ("search", "worker", "storage-proxy"):  # trials are stored as interrupted, the proxy says it stopped
         stop_on_sigterm()
+    if args.command in ("search", "worker"):
+        stop_on_closed_output()
+    stop_code = {"Ctrl-C": 130, CLOSED_OUTPUT: EXIT_BROKEN_PIPE}
     try:
         return _COMMANDS[args.command](args)
     except Interrupted as e:
         print(f"\n{e}", file=sys.stderr)
-        return 130 if stopped_by() == "Ctrl-C" else 143
+        return stop_code.get(stopped_by(), 143)
     except KeyboardInterrupt:
         print("\ninterrupted" if stopped_by() == "Ctrl-C" else f"\nstopped by {stopped_by()}", file=sys.stderr)
-        return 130 if stopped_by() == "Ctrl-C" else 143
+        return stop_code.get(stopped_by(), 143)
     except AutotuneError as e:  # bad input (exit 2) or a failure (exit 1); --debug adds the tracebacks, same exit code
         if args.debug:
             import traceback

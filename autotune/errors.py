@@ -7,6 +7,7 @@ message on one line and exits with code 2. Other errors are faults of the run it
 
 from __future__ import annotations
 
+import contextlib
 import enum
 
 __all__ = [
@@ -173,13 +174,52 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
 
 #: What stops this process when a ``KeyboardInterrupt`` arrives: ``"Ctrl-C"``, or ``"SIGTERM"``
 #: once :func:`autotune.cli.main`'s handler turned a SIGTERM (``kill``, a SLURM time limit, a
-#: Kubernetes eviction) into one. Read through :func:`stopped_by`.
+#: Kubernetes eviction) into one, or :data:`CLOSED_OUTPUT` (:func:`stop_for_closed_output`).
+#: Read through :func:`stopped_by`.
 _STOPPED_BY = ["Ctrl-C"]
+#: :func:`stopped_by` when the reader of standard output went away (``autotune search ... | head``).
+CLOSED_OUTPUT = "a closed output pipe"
+#: Whether a closed standard output stops this process as Ctrl-C does (``search``, ``worker``).
+_STOP_ON_CLOSED_OUTPUT = [False]
 
 
 def stopped_by() -> str:
-    """``"Ctrl-C"`` or ``"SIGTERM"``: what interrupts this process (see :data:`_STOPPED_BY`)."""
+    """``"Ctrl-C"``, ``"SIGTERM"`` or :data:`CLOSED_OUTPUT`: what interrupts this process (see :data:`_STOPPED_BY`)."""
     return _STOPPED_BY[0]
+
+
+def stop_on_closed_output() -> None:
+    """Make a closed standard output (``| head`` exited) stop this process as Ctrl-C does (see
+    :func:`stop_for_closed_output`): a search's or worker's running trials are then stored as
+    interrupted and retried by the next run, instead of staying RUNNING until they go stale."""
+    _STOP_ON_CLOSED_OUTPUT[0] = True
+
+
+def stop_for_closed_output() -> bool:
+    """Called when a write to standard output found its reader gone. Returns ``False`` when this
+    process does not stop for it (a read command: the broken pipe ends it, exit 141). Else standard
+    output is pointed at ``/dev/null`` (later lines are dropped, not failed on) and a
+    ``KeyboardInterrupt`` is raised in the main thread: here, or by a SIGINT sent to the main thread
+    from another thread (which returns ``True`` and carries on until the main thread stops it; a real
+    signal, unlike ``_thread.interrupt_main``, also wakes a main thread blocked waiting for the jobs)."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    if not _STOP_ON_CLOSED_OUTPUT[0]:
+        return False
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if _STOPPED_BY[0] == CLOSED_OUTPUT:  # said once
+        return True
+    _STOPPED_BY[0] = CLOSED_OUTPUT
+    if threading.current_thread() is threading.main_thread():
+        raise KeyboardInterrupt
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    return True
 
 
 def stop_on_sigterm() -> None:
@@ -197,7 +237,7 @@ def stop_on_sigterm() -> None:
 
 
 class Interrupted(AutotuneError):
-    """Ctrl-C or SIGTERM stopped the run; ``resume`` is the command that continues the study."""
+    """Ctrl-C, SIGTERM or a closed output stopped the run; ``resume`` is the command that continues the study."""
 
     def __init__(self, resume: str):
         what = "interrupted" if stopped_by() == "Ctrl-C" else f"stopped by {stopped_by()}"

@@ -346,9 +346,13 @@ def _console(stderr: bool = False):
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             """The reader went away (``| head``): print nothing more, and leave the exit to
-            :func:`autotune.cli.main` (code 141, as every command) instead of rich's exit with code 1."""
+            :func:`autotune.cli.main` (code 141, as every command) instead of rich's exit with code 1;
+            a search or worker first stops as Ctrl-C does (:func:`autotune.errors.stop_for_closed_output`)."""
+            from autotune.errors import stop_for_closed_output
+
             self.quiet = True
-            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+            if stderr or not stop_for_closed_output():
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
     # messages are one line each however narrow the width (greppable logs); only tables fit it
     return _Console(stderr=stderr, highlight=False, width=width, soft_wrap=True)

@@ -1,10 +1,10 @@
 """Pruning decisions on synthetic intermediate values (Optuna's pruners over a shadow study)."""
 
+import random
+
 import pytest
 
 from autotune.errors import UsageError
-import random
-
 from autotune.pruning import ShadowStudy, make_pruner, milestone_steps, prune_decision
 
 DONE = [{256: v, 512: v + 5} for v in (100.0, 110.0, 120.0, 130.0, 140.0)]

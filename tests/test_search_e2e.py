@@ -429,6 +429,34 @@ def test_memory_model_caps_the_batch_sizes_at_the_limit(tmp_path, cli):
     assert "--memory-margin must be a fraction in [0, 1)" in r.stderr
 
 
+def test_a_search_whose_output_reader_went_away_stores_its_running_trial_as_interrupted(tmp_path):
+    """``autotune search ... | head``: when head exits, the search stops as Ctrl-C stops it (exit 141),
+    and the trial running in the other job thread is stored as interrupted and queued again, instead of
+    staying RUNNING until it goes stale."""
+    from autotune.cli import EXIT_BROKEN_PIPE
+
+    db = tmp_path / "pipe.db"
+    env = {**os.environ, "TINY_FAULTS": "1:hang"}  # trial 1 still runs when trial 2 ends and prints
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", str(MODELS / "tiny.py"), "--trials", "3", "--samples", "512",
+                             "--jobs", "2", "--search", "flat", "--confirm", "0", "--storage", f"sqlite:///{db}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    seen = []
+    for line in proc.stdout:  # the reader takes the lines up to trial 2's start, as `| head -n N` would, and goes
+        seen.append(line)
+        if line.startswith("trial 2:"):
+            break
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert seen[-1].startswith("trial 2:"), "".join(seen) + err
+    assert proc.returncode == EXIT_BROKEN_PIPE, err
+    assert "stopped by a closed output pipe; finished trials are kept. Resume with:" in err and "Traceback" not in err
+    trials = load(db, "tiny").trials
+    assert [t.state.name for t in trials[:3]] == ["COMPLETE", "FAIL", "COMPLETE"], [t.state.name for t in trials]
+    assert trials[1].user_attrs["fail_reason"] == "interrupted: a closed output pipe in the autotune process"
+    assert not _group_alive(trials[1].user_attrs["process_group"])
+    assert [(t.state.name, t.user_attrs.get("retry_of")) for t in trials[3:]] == [("WAITING", 1)]  # queued again
+
+
 @pytest.mark.parametrize("stop, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tmp_path, stop, code, name):
     """SIGTERM (kill, a SLURM time limit, a Kubernetes eviction) is handled as Ctrl-C is."""
