@@ -294,7 +294,7 @@ def _full(params, sps, number, feasible, context, **attrs):
 
 
 def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_optimizer_steps():
-    from autotune.study.math_class import failed_class
+    from autotune.study.math_class import failed_class, ruled_out_at_any_lr
     from autotune.study.staged import stage2_round
 
     context, _ = _context("sqrt")
@@ -306,6 +306,10 @@ def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_opt
     assert failed_class(base.replace(batch_size=128, lr=0.01), failed, base, "sqrt") is None  # a smaller lr multiplier
     assert failed_class(base.replace(batch_size=64, lr=0.02 / 2 ** 0.5), failed, base, "sqrt") is None  # more steps
     assert failed_class(base.replace(batch_size=256, lr=0.04, precision="bf16-mixed"), failed, base, "sqrt") is None  # another class
+    # whatever its lr: only a larger effective batch of the same class
+    assert ruled_out_at_any_lr(base.replace(batch_size=256, lr=1e-9), failed)
+    assert not ruled_out_at_any_lr(base.replace(batch_size=128, lr=1e-9), failed)  # the same steps: a smaller lr may converge
+    assert not ruled_out_at_any_lr(base.replace(batch_size=256, precision="bf16-mixed"), failed)
     # stage 2: 256 would be the same class at multiplier 1 with fewer steps: the sampler picks its lr and accumulation
     fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
     short = dict(trial_samples=512)

@@ -36,6 +36,7 @@ __all__ = [
     "math_kind",
     "optimizer_family",
     "rule_lr",
+    "ruled_out_at_any_lr",
     "split_accumulation",
 ]
 
@@ -188,11 +189,7 @@ def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]
     """
     mine = lr_multiplier(config, baseline, rule)
     for number, failed in failures:
-        if (failed.precision, failed.model_args or {}, failed.data_args or {}) != (
-            config.precision,
-            config.model_args or {},
-            config.data_args or {},
-        ):
+        if not _same_class(failed, config):
             continue
         theirs = lr_multiplier(failed, baseline, rule)
         if config.effective_batch_size > failed.effective_batch_size:
@@ -209,6 +206,22 @@ def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]
                 f"lr multiplier (x{mine:.3g})"
             )
     return None
+
+
+def ruled_out_at_any_lr(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]]) -> bool:
+    """Whether :func:`failed_class` skips ``config`` whatever its lr: a config of its class with a
+    smaller effective batch (more optimizer steps) already failed the loss at full budget.
+
+    Args:
+        config: A config (its lr is not read).
+        failures: As for :func:`failed_class`.
+    """
+    return any(_same_class(failed, config) and config.effective_batch_size > failed.effective_batch_size for _, failed in failures)
+
+
+def _same_class(a: TrialConfig, b: TrialConfig) -> bool:
+    """Whether two configs are of one class: the same precision and constructor arguments."""
+    return (a.precision, a.model_args or {}, a.data_args or {}) == (b.precision, b.model_args or {}, b.data_args or {})
 
 
 def loss_sanity(curve: Sequence[Sequence[float]], baseline_curve: Sequence[Sequence[float]], tolerance: float) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from autotune.knobs import with_knobs
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
 from autotune.space_params import scaled_lr
-from autotune.study.math_class import PRESERVING, failed_class, is_preserving, lr_rule, rule_lr, split_accumulation
+from autotune.study.math_class import PRESERVING, failed_class, is_preserving, lr_rule, rule_lr, ruled_out_at_any_lr, split_accumulation
 from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
 from autotune.study.settings import BASELINE_ATTR, StudySettings
@@ -289,10 +289,8 @@ def stage2_round(
             continue
         first = {**system, **fixed} if context is None else context.first_point(system, fixed)
         done = any(_same({n: t.params.get(n) for n in first}, first) for t in mine)
-        # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
-        tiny = {**first, "lr": first["lr"] * 1e-6} if "lr" in first else None
-        if context is not None and tiny and failed_class(context.config_of(tiny), failures, context.baseline, context.rule):
-            continue
+        if context is not None and ruled_out_at_any_lr(context.config_of(first), failures):
+            continue  # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
         if not done and context is not None:
             done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
         # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
