@@ -311,8 +311,15 @@ def _cmd_worker(args) -> int:
     from autotune.study import ENV_STORAGE, load_study, run_worker
 
     url = args.storage or os.environ.get(ENV_STORAGE)
+    if not url and args.study_name:  # as `search` does: the study's SQLite file under studies/
+        from autotune.study.options import default_storage
+
+        url = default_storage(args.study_name)
     if not url:
-        raise UsageError(f"autotune worker needs the study's storage: give --storage URL or set ${ENV_STORAGE}")
+        raise UsageError(
+            f"autotune worker needs the study: give --study-name NAME (storage sqlite:///studies/NAME.db), "
+            f"--storage URL, or set ${ENV_STORAGE}"
+        )
     ui = make_ui(quiet=args.quiet)
     try:
         result = run_worker(
