@@ -453,11 +453,13 @@ class ConsoleUI:
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
         render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
         # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
-        failed = [r for r in rows if r["state"] != "COMPLETE" and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
-        if failed:
-            self.console.print(
-                f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in failed[-5:]), markup=False
-            )
+        # a pruned trial (stopped early, or not run: a duplicate, a predicted OOM, a failed class) did not fail
+        for state, what in (("FAIL", "failed"), ("PRUNED", "pruned or not run")):
+            ended = [r for r in rows if r["state"] == state and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
+            if ended:
+                self.console.print(
+                    f"{len(ended)} trial(s) {what}: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in ended[-5:]), markup=False
+                )
         for line in frontier_lines(oom_frontier(study)):
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
