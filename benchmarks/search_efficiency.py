@@ -39,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,21 @@ class Record:
         return outcome
 
 
+@contextlib.contextmanager
+def _trials_run_by(fake) -> Iterator[None]:
+    """Make the search's trials call ``fake`` instead of :func:`autotune.runner.run_trial_process`:
+    the name is patched where the search calls it (``autotune.study.trial``), and in ``autotune.runner``."""
+    import autotune.runner as runner
+    import autotune.study.trial as trial
+
+    real = runner.run_trial_process
+    runner.run_trial_process = trial.run_trial_process = fake
+    try:
+        yield
+    finally:
+        runner.run_trial_process = trial.run_trial_process = real
+
+
 def _search(folder: Path, model: Path, name: str, samples: int, space: Path, trials: int, seed: int, search: str, sampler: str, cold: bool):
     from autotune.report import ConsoleUI
     from autotune.study import SearchOptions, load_study, run_search
@@ -182,13 +199,10 @@ def truth(example: str, cache: dict, save, folder: Path) -> dict:
     space = folder / f"{example}.space.yaml"
     space.write_text(space_yaml(lr))
     real = runner.run_trial_process
-    grid_keys = cache.setdefault("grid", {}).setdefault(example, [])
-    if len(grid_keys) < 96:
-        runner.run_trial_process = Record(cache["trials"], real, save)
-        try:
+    if example not in cache.setdefault("grid", {}):  # the grid's keys are stored once the whole grid ran
+        # (up to 96 configs: fewer where the machine rules precisions out, e.g. bf16 on a CPU without it)
+        with _trials_run_by(Record(cache["trials"], real, save)):
             study, _ = _search(folder, model, f"{example}-truth", samples, space, 96, 0, "flat", "grid", cold=False)
-        finally:
-            runner.run_trial_process = real
         cache["grid"][example] = [key_of({"config": t.user_attrs["config"], "samples": samples}) for t in study.trials]
         cache.setdefault("baseline", {})[example] = cache["grid"][example][0]
         save()
@@ -231,6 +245,7 @@ def score_table(example: str, cache: dict) -> dict:
         "optimum_config": json.loads(max(scores, key=scores.get))[0],
         "grid_seconds": sum(cache["trials"][k]["wall_seconds"] for k in cache["grid"][example]),
         "near_optimal_configs": sum(1 for v in scores.values() if v >= 0.95 * best),
+        "configs": len(scores),
     }
 
 
@@ -240,10 +255,8 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
 
     model, samples, _lr = EXAMPLES[example]
     search, sampler = METHODS[method]
-    real = runner.run_trial_process
-    fake = Replay(cache["trials"], real, save, pool)
-    runner.run_trial_process = fake
-    try:
+    fake = Replay(cache["trials"], runner.run_trial_process, save, pool)
+    with _trials_run_by(fake):
         study, _ = _search(
             folder,
             model,
@@ -256,8 +269,6 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
             sampler,
             cold=True,
         )
-    finally:
-        runner.run_trial_process = real
     optimum = table["optimum"]
     ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
     best, reached = 0.0, {}
@@ -459,7 +470,7 @@ def main(argv=None) -> int:
             budget = args.budget * table["grid_seconds"]
             print(
                 f"{example}: optimum {table['optimum']:.0f} samples/s {table['optimum_config']}, "
-                f"{table['near_optimal_configs']} of 96 configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s",
+                f"{table['near_optimal_configs']} of {table['configs']} configs within 95%; grid {table['grid_seconds']:.0f} s, budget {budget:.0f} s",
                 flush=True,
             )
             runs = []
