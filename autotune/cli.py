@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from autotune import __version__
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, UsageError, stdout_reader_gone
 
 __all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
 
@@ -482,29 +482,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # what is still buffered fails here, while the broken pipe can be told apart
         return code
     except BrokenPipeError:
-        if not _stdout_reader_gone():
+        if not stdout_reader_gone():
             raise  # another pipe (a trial process, a database connection): a real error
         # the interpreter's own flush at exit would fail again and print "Exception ignored ..."
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
-
-
-def _stdout_reader_gone() -> bool:
-    """Whether standard output is a pipe (or socket) whose reader has closed it: poll(2) reports an
-    error or a hang-up on its end. Without poll (Windows), a broken pipe is taken to be standard output."""
-    import select
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
-        return False
-    if not hasattr(select, "poll"):
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _main(argv: list[str] | None) -> int:

@@ -222,6 +222,23 @@ def stop_for_closed_output() -> bool:
     return True
 
 
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has closed it: poll(2) reports an
+    error or a hang-up on its end. Without poll (Windows), a broken pipe is taken to be standard output."""
+    import select
+    import sys
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+        return False
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def stop_on_sigterm() -> None:
     """Make SIGTERM stop this process as Ctrl-C does: a ``KeyboardInterrupt`` in the main thread, so
     running trials are stored as interrupted and the resume command is printed; :func:`stopped_by`

@@ -45,9 +45,8 @@ def fresh_database():
 def _spawn(args, cwd, env=None):
     full = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_STORAGE"}
     full.update(env or {})
-    return subprocess.Popen(
-        [sys.executable, "-m", "autotune", *map(str, args)], cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], cwd=cwd, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_study(url, name, timeout=120):
@@ -65,23 +64,8 @@ def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fres
     # two workers and the search start together on an empty database (workers first, as a job script
     # may): the workers wait for the study, and nobody trips over table creation
     workers = [_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path) for _ in range(2)]
-    search = _spawn(
-        [
-            "search",
-            MODELS / "tiny.py",
-            "--trials",
-            12,
-            "--samples",
-            512,
-            "--storage",
-            fresh_database,
-            "--study-name",
-            "shared",
-            "--out",
-            tmp_path / "shared.yaml",
-        ],
-        tmp_path,
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--storage", fresh_database, "--study-name", "shared",
+                     "--out", tmp_path / "shared.yaml"], tmp_path)
     outputs = [p.communicate(timeout=600) for p in [search, *workers]]
     for proc, (_out, err) in zip([search, *workers], outputs):
         assert proc.returncode == 0, err[-3000:]
@@ -89,17 +73,14 @@ def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fres
     assert len(study.trials) == 12 and all(t.state.name == "COMPLETE" for t in study.trials), [t.state.name for t in study.trials]
     assert sum(t.user_attrs["baseline"] for t in study.trials) == 1
     assert all("waiting up to 120 s for the study to be created" in out for out, _ in outputs[1:]), [out[:500] for out, _ in outputs[1:]]
-    ran_by = [
-        int(line.split()[2]) for _, (out, _) in zip(workers, outputs[1:]) for line in out.splitlines() if line.startswith("worker ran")
-    ]
+    ran_by = [int(line.split()[2]) for _, (out, _) in zip(workers, outputs[1:]) for line in out.splitlines() if line.startswith("worker ran")]
     assert len(ran_by) == 2 and sum(ran_by) <= 11  # the search process ran the rest
 
 
 def test_a_worker_waits_a_bounded_time_for_its_study(tmp_path):
     start = time.monotonic()
-    proc = _spawn(
-        ["worker", "--storage", f"sqlite:///{tmp_path}/never.db", "--study-name", "never"], tmp_path, env={"AUTOTUNE_WORKER_WAIT": "3"}
-    )
+    proc = _spawn(["worker", "--storage", f"sqlite:///{tmp_path}/never.db", "--study-name", "never"], tmp_path,
+                  env={"AUTOTUNE_WORKER_WAIT": "3"})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
     assert "waiting up to 3 s for the study to be created" in out
@@ -128,10 +109,7 @@ def test_a_worker_without_storage_takes_the_study_s_default_sqlite_file_as_searc
 @requires_postgres
 def test_opening_a_fresh_database_from_many_processes_at_once(fresh_database):
     code = "from autotune.study import open_storage; open_storage(__import__('sys').argv[1]); print('ok')"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, fresh_database], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(4)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", code, fresh_database], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     results = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, results)), [err[-500:] for _, err in results]
 
@@ -139,24 +117,8 @@ def test_opening_a_fresh_database_from_many_processes_at_once(fresh_database):
 @requires_postgres
 def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_database):
     env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4", "TINY_FAULTS": "2:hang"}
-    search = _spawn(
-        [
-            "search",
-            MODELS / "tiny.py",
-            "--trials",
-            4,
-            "--samples",
-            512,
-            "--storage",
-            fresh_database,
-            "--study-name",
-            "stale",
-            "--trial-timeout",
-            600,
-        ],
-        tmp_path,
-        env,
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 512, "--storage", fresh_database, "--study-name", "stale",
+                     "--trial-timeout", 600], tmp_path, env)
     study = _wait_for_study(fresh_database, "stale")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # wait until trial 2 (the hanging one) trains (its config is stored once sampled)
@@ -165,11 +127,8 @@ def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_datab
         time.sleep(0.5)
     search.send_signal(signal.SIGKILL)  # the worker dies mid-trial, its trial process with it
     search.communicate(timeout=30)
-    worker = _spawn(
-        ["worker", "--storage", fresh_database, "--study-name", "stale"],
-        tmp_path,
-        {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4"},
-    )
+    worker = _spawn(["worker", "--storage", fresh_database, "--study-name", "stale"], tmp_path,
+                    {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4"})
     _out, err = worker.communicate(timeout=300)
     assert worker.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="stale", storage=fresh_database)
@@ -180,11 +139,7 @@ def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_datab
     assert [s for n, s in states.items() if n != 2] == ["COMPLETE"] * 4  # 0, 1, 3 and the retry: nothing lost
     left = ["?"]
     for _ in range(20):  # the killed worker's warm process and trial go with it
-        left = [
-            pid
-            for pid in subprocess.run(["pgrep", "-f", "autotune"], capture_output=True, text=True).stdout.split()
-            if _is_orphan_of(pid, tmp_path)
-        ]
+        left = [pid for pid in subprocess.run(["pgrep", "-f", "autotune"], capture_output=True, text=True).stdout.split() if _is_orphan_of(pid, tmp_path)]
         if not left:
             break
         time.sleep(0.5)
@@ -203,9 +158,7 @@ def test_a_password_in_the_storage_url_never_appears(tmp_path, fresh_database):
     secret = "s3cretPW42"
     url = fresh_database.replace("root@", f"root:{secret}@")  # trust auth: the password is accepted and ignored
     out = tmp_path / "best.yaml"
-    search = _spawn(
-        ["search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, "--storage", url, "--study-name", "masked", "--out", out], tmp_path
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, "--storage", url, "--study-name", "masked", "--out", out], tmp_path)
     stdout, stderr = search.communicate(timeout=300)
     assert search.returncode == 0, stderr[-2000:]
     show = _spawn(["show", "masked", "--storage", url, "--format", "json"], tmp_path)
@@ -214,17 +167,7 @@ def test_a_password_in_the_storage_url_never_appears(tmp_path, fresh_database):
     bad_out, bad_err = bad.communicate(timeout=120)
     assert bad.returncode == 2 and "***" in bad_err
     study = optuna.load_study(study_name="masked", storage=fresh_database)
-    texts = [
-        stdout,
-        stderr,
-        show_out,
-        show_err,
-        bad_out,
-        bad_err,
-        out.read_text(),
-        repr(study.user_attrs),
-        repr(study._storage.get_study_system_attrs(study._study_id)),
-    ]
+    texts = [stdout, stderr, show_out, show_err, bad_out, bad_err, out.read_text(), repr(study.user_attrs), repr(study._storage.get_study_system_attrs(study._study_id))]
     texts += [repr(t.user_attrs) for t in study.trials] + [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
     assert "***" in out.read_text()  # the export names the storage, masked
     assert not [t for t in texts if secret in t]
@@ -312,18 +255,8 @@ def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatc
     watcher = threading.Thread(target=other_worker)
     watcher.start()
     try:
-        run_search(
-            SearchOptions(
-                model_file=str(MODELS / "tiny.py"),
-                trials=2,
-                samples=256,
-                storage=url,
-                study_name="slow",
-                out=str(tmp_path / "slow.yaml"),
-                cold=True,
-            ),
-            ConsoleUI(quiet=True),
-        )
+        run_search(SearchOptions(model_file=str(MODELS / "tiny.py"), trials=2, samples=256, storage=url, study_name="slow",
+                                 out=str(tmp_path / "slow.yaml"), cold=True), ConsoleUI(quiet=True))
     finally:
         done.set()
         watcher.join()
@@ -339,26 +272,8 @@ def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
     url = f"sqlite:///{tmp_path / 'nodes.db'}"
     env = {"MASTER_ADDR": "127.0.0.1", "AUTOTUNE_NODE_GROUP": "pair"}
     out = tmp_path / "nodes.yaml"
-    search = _spawn(
-        [
-            "search",
-            MODELS / "tiny.py",
-            "--num-nodes",
-            2,
-            "--trials",
-            2,
-            "--samples",
-            512,
-            "--storage",
-            url,
-            "--study-name",
-            "nodes",
-            "--out",
-            out,
-        ],
-        tmp_path,
-        env,
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 2, "--samples", 512, "--storage", url,
+                     "--study-name", "nodes", "--out", out], tmp_path, env)
     _wait_for_study(url, "nodes")
     follower = _spawn(["worker", "--storage", url, "--study-name", "nodes", "--node-rank", 1], tmp_path, env)
     (_s_out, s_err), (f_out, f_err) = search.communicate(timeout=300), follower.communicate(timeout=300)
@@ -369,36 +284,15 @@ def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
     for t in trials:  # both nodes' ranks ran the trial's config and are in its figures
         assert [r["rank"] for r in t.user_attrs["ranks"]] == [0, 1]
         assert all(r["ok"] and r["config"]["num_nodes"] == 2 for r in t.user_attrs["ranks"])
-        assert (
-            t.user_attrs["effective_batch_size"]
-            == 2 * t.user_attrs["config"]["batch_size"] * t.user_attrs["config"]["accumulate_grad_batches"]
-        )
+        assert t.user_attrs["effective_batch_size"] == 2 * t.user_attrs["config"]["batch_size"] * t.user_attrs["config"]["accumulate_grad_batches"]
     assert f_out.count("ended: ok") == 2
     assert yaml.safe_load(out.read_text())["trainer"]["num_nodes"] == 2
 
 
 def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_path):
     url = f"sqlite:///{tmp_path / 'alone.db'}"
-    search = _spawn(
-        [
-            "search",
-            MODELS / "tiny.py",
-            "--num-nodes",
-            2,
-            "--trials",
-            1,
-            "--samples",
-            256,
-            "--storage",
-            url,
-            "--study-name",
-            "alone",
-            "--trial-timeout",
-            15,
-        ],
-        tmp_path,
-        {"MASTER_ADDR": "127.0.0.1"},
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 1, "--samples", 256, "--storage", url,
+                     "--study-name", "alone", "--trial-timeout", 15], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
     _out, err = search.communicate(timeout=300)
     assert search.returncode == 1, err[-2000:]
     trial = optuna.load_study(study_name="alone", storage=url).trials[0]
@@ -419,24 +313,8 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
     proxy = OutageProxy(("127.0.0.1", 5432))
     try:
         url = fresh_database.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-        search = _spawn(
-            [
-                "search",
-                MODELS / "tiny.py",
-                "--trials",
-                4,
-                "--samples",
-                1024,
-                "--storage",
-                url,
-                "--study-name",
-                "outage",
-                "--out",
-                tmp_path / "outage.yaml",
-            ],
-            tmp_path,
-            {"AUTOTUNE_STORAGE_RETRY": retry},
-        )
+        search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 1024, "--storage", url, "--study-name", "outage",
+                         "--out", tmp_path / "outage.yaml"], tmp_path, {"AUTOTUNE_STORAGE_RETRY": retry})
         _wait_for_study(fresh_database, "outage")
         time.sleep(2.0)
         cut = threading.Thread(target=proxy.outage, args=(outage,), daemon=True)
@@ -486,9 +364,7 @@ def test_a_late_result_for_a_trial_failed_as_stale_is_logged_not_fatal(tmp_path)
     find its trial failed as stale and retried elsewhere: it warns and goes on."""
     url = f"sqlite:///{tmp_path / 'late.db'}"
     env = {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "8", "TINY_SAMPLE_SLEEP": "0.002"}
-    search = _spawn(
-        ["search", MODELS / "tiny.py", "--trials", 5, "--samples", 2048, "--storage", url, "--study-name", "late"], tmp_path, env
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 5, "--samples", 2048, "--storage", url, "--study-name", "late"], tmp_path, env)
     study = _wait_for_study(url, "late")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not study.user_attrs.get("baseline"):
@@ -530,11 +406,8 @@ def test_one_search_and_three_workers_in_the_staged_search_each_run_trials_until
     """Issue 17, item 4: a worker stays while the search can still add trials (the baseline's wait,
     stage 2's rounds), whatever the search mode, and stops once the budget is spent."""
     env = {"AUTOTUNE_SEARCH": "staged", "TINY_SAMPLE_SLEEP": "0.01"}
-    search = _spawn(
-        ["search", MODELS / "tiny.py", "--trials", 8, "--samples", 256, "--storage", fresh_database, "--study-name", "staged"],
-        tmp_path,
-        env,
-    )
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 8, "--samples", 256, "--storage", fresh_database, "--study-name", "staged"],
+                    tmp_path, env)
     _wait_for_study(fresh_database, "staged")
     workers = [_spawn(["worker", "--storage", fresh_database, "--study-name", "staged"], tmp_path, env) for _ in range(3)]
     ended: dict[int, datetime.datetime] = {}
@@ -554,10 +427,7 @@ def test_one_search_and_three_workers_in_the_staged_search_each_run_trials_until
     stages = {t.user_attrs.get("stage") for t in study.trials}
     # both stages ran, unless on these busy cores no screened config measured faster than the best feasible trial
     # (then the search says so and its other trials sample every knob)
-    assert "system" in stages and ("full" in stages or "no system config left that could beat" in outputs[0][0]), (
-        stages,
-        outputs[0][0][-3000:],
-    )
+    assert "system" in stages and ("full" in stages or "no system config left that could beat" in outputs[0][0]), (stages, outputs[0][0][-3000:])
     last = max(t.datetime_complete for t in study.trials)
     ran_by_workers = 0
     for i, (out, _err) in enumerate(outputs[1:], start=1):
