@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 __all__ = ["LossLog", "applied_knobs", "check_batch_size", "check_num_workers", "measure_callback_class", "peak_rss_gib"]
 
 
+#: Metric name prefixes never read as a per-batch training loss (:class:`LossLog`).
+_NOT_PER_BATCH = ("val", "valid", "test", "predict")
+
+
 class LossLog:
     """One rank's training loss per batch, kept on the device until read, and the non-finite check.
 
@@ -55,17 +59,39 @@ class LossLog:
         check_every: Batches between two non-finite checks (>= 1; each check syncs the device once).
     """
 
-    def __init__(self, accumulate_grad_batches: int, check_every: int = 16):
+    def __init__(self, accumulate_grad_batches: int, check_every: int = 16, logged_name: str | None = None):
         self.accumulate = accumulate_grad_batches
         self.check_every = check_every
+        # a training metric's name (the study's --monitor) read from the logged metrics when
+        # training_step returns no loss; a validation or test metric is never read per batch
+        self.logged_name = logged_name if logged_name and not logged_name.startswith(_NOT_PER_BATCH) else None
+        self._last_logged: Any = None  # the logged tensor last kept (a stale one is not kept again)
         self._losses: list[Any] = []  # 0-d float tensors, or None for a batch that returned no loss
 
-    def add(self, outputs: Any) -> None:
-        """Keep the loss of a batch from what ``training_step`` returned (a tensor, or a dict with ``loss``)."""
+    def add(self, outputs: Any, logged: Mapping[str, Any] | None = None) -> None:
+        """Keep the loss of a batch from what ``training_step`` returned (a tensor, or a dict with ``loss``).
+
+        When it returned none (manual optimization often logs its losses and returns nothing), the
+        value of ``logged_name`` in ``logged`` (the trainer's ``callback_metrics``: as
+        ``logged_name`` or ``logged_name + "_step"``) is kept instead, when it is a new tensor since
+        the last batch. Lightning recomputes ``callback_metrics`` from its logged results when read,
+        so in ``on_train_batch_end`` that value is the one this batch logged; a metric logged only
+        per epoch gives no per-batch value (the batch keeps ``None``).
+        """
         import torch
 
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        self._losses.append(loss.detach().float() * self.accumulate if isinstance(loss, torch.Tensor) else None)
+        if isinstance(loss, torch.Tensor):
+            self._losses.append(loss.detach().float() * self.accumulate)
+            return
+        value = None
+        if self.logged_name is not None and logged:
+            value = logged.get(f"{self.logged_name}_step", logged.get(self.logged_name))
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and value is not self._last_logged:
+            self._last_logged = value
+            self._losses.append(value.detach().float().reshape(()))
+        else:
+            self._losses.append(None)
 
     def check_due(self, batches: int) -> bool:
         """Whether to run :meth:`check_finite` after ``batches`` batches."""
@@ -207,6 +233,8 @@ class _MeasureHooks:
         check_every: Batches between non-finite loss checks (each check syncs the device once).
         check_batch: Whether the first batch must have ``batch_size`` (``False`` when the batch size
             is not searched: the training loader's own, which may vary from batch to batch).
+        logged_loss: The metric whose logged per-batch values make the loss curve when
+            ``training_step`` returns no loss (the study's ``--monitor``; see :class:`LossLog`).
     """
 
     def __init__(
@@ -219,6 +247,7 @@ class _MeasureHooks:
         static: Mapping[str, Any] | None = None,
         check_every: int = 16,
         check_batch: bool = True,
+        logged_loss: str | None = None,
     ):
         self.batch_size = batch_size
         self.check_batch = check_batch
@@ -228,7 +257,7 @@ class _MeasureHooks:
         self.static: dict[str, Any] = dict(static or {})
         self.precision = str(self.static.get("config", {}).get("precision", "32-true"))
         self.timer = StepTimer(total_batches, accumulate_grad_batches)
-        self.losses = LossLog(accumulate_grad_batches, check_every)
+        self.losses = LossLog(accumulate_grad_batches, check_every, logged_loss)
         self.noise = GradientNoiseProbe(batch_size, accumulate_grad_batches, total_batches)
         self.flops = FlopProbe()
         self.progress = ProgressWriter.from_env()  # written by rank 0 only
@@ -279,7 +308,7 @@ class _MeasureHooks:
         if self.timer.batch_end(now, synced or not self.cuda):
             trainer.should_stop = True  # the sample budget is spent; the final validation follows
             self._stop_host(trainer)
-        self.losses.add(outputs)
+        self.losses.add(outputs, trainer.callback_metrics)
         batches = len(self.timer.intervals)
         if self.losses.check_due(batches):
             self.losses.check_finite(self.timer.sizes, self.world_size)

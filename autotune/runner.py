@@ -253,7 +253,8 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
     Args:
         source: Where the model comes from: a study's settings or a model inspection's report (keys
             ``model_file``, ``model_class``, ``data_class``, ``config_file``, ``user_config``, ``targets``,
-            ``cli``).
+            ``cli``; ``monitor``, where given: the metric that makes the loss curve when
+            ``training_step`` returns no loss).
         config: The trial's config (:meth:`autotune.config.TrialConfig.to_dict`).
         samples: Training samples of the trial (>= 1).
         seed: Seed of ``seed_everything`` in every rank.
@@ -267,6 +268,7 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
         "targets": source["targets"],
         "cli": source.get("cli"),
         "train_samples": source.get("train_samples"),
+        "monitor": source.get("monitor"),
         "config": dict(config),
         "samples": int(samples),
         "seed": seed,

@@ -109,6 +109,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             accumulate_grad_batches=config.accumulate_grad_batches,
             out_dir=str(out_dir),
             static={"config": config.to_dict()},
+            logged_loss=spec.get("monitor"),
         )
         trainer = pl.Trainer(callbacks=[*user_callbacks(pl, built.callbacks), callback], **kwargs)
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)

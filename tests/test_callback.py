@@ -136,6 +136,23 @@ def test_loss_log_unscales_checks_finiteness_and_averages_the_recent_losses():
     assert caught.value.kind == "nonfinite_loss"
 
 
+def test_loss_log_reads_the_monitor_s_logged_values_when_training_step_returns_no_loss():
+    # manual optimization: training_step returns nothing and logs its losses (callback_metrics)
+    log = LossLog(accumulate_grad_batches=1, logged_name="g_loss")
+    first, second = torch.tensor(0.9), torch.tensor(0.7)
+    log.add(None, {})  # the first batch: nothing logged yet
+    log.add(None, {"g_loss": first, "d_loss": torch.tensor(5.0)})
+    log.add(None, {"g_loss": first})  # the same tensor again (a value logged per epoch): stale, not kept twice
+    log.add(None, {"g_loss_step": second, "g_loss": first})  # on_step and on_epoch: the step's value
+    log.add(torch.tensor(0.5), {"g_loss": torch.tensor(9.0)})  # a returned loss comes first
+    assert log.values() == pytest.approx([None, 0.9, None, 0.7, 0.5], nan_ok=True)
+    # a validation metric is never read as a per-batch training loss, nor is anything without a name
+    for name in ("val_loss", "valid_loss", "test_acc", None):
+        other = LossLog(1, logged_name=name)
+        other.add(None, {"val_loss": torch.tensor(1.0), "valid_loss": torch.tensor(1.0), "test_acc": torch.tensor(1.0)})
+        assert other.values() == [None]
+
+
 def test_batch_and_worker_checks():
     check_batch_size(32, 32, None)
     check_batch_size(None, 32, None)  # a batch autotune cannot measure is not checked

@@ -48,6 +48,9 @@ def test_manual_optimization_judged_by_a_logged_metric_never_searches_accumulati
         assert t.state == optuna.trial.TrialState.COMPLETE, t.user_attrs.get("fail_reason")
         assert "accumulate_grad_batches" not in t.params and t.user_attrs["config"]["accumulate_grad_batches"] == 1
         assert t.user_attrs["loss_source"] == "g_loss" and t.user_attrs["loss"] == t.user_attrs["metrics"]["g_loss"]
+        # training_step returns nothing: the curve (and the time to the baseline's loss) is g_loss as logged per batch
+        assert len(t.user_attrs["loss_curve"]) >= 2 and t.user_attrs["loss_target"] is not None, t.user_attrs.get("loss_curve")
+        assert "target_reached" in t.user_attrs
     assert "never logged" not in r.stdout  # the judged metric was logged
 
 
