@@ -146,10 +146,14 @@ def other_knobs(config: Mapping[str, Any]) -> str | None:
 
 
 def _to_target(attrs: Mapping[str, Any]) -> str | None:
-    """Time to the baseline's loss for tables: ``"4.9 s"``, ``"~14 s"`` (extrapolated) or ``"never"``."""
+    """Time to the baseline's loss for tables: ``"4.9 s"``, ``"~14 s"`` (extrapolated), ``"never"``, or
+    ``"no curve"`` when there was no target: the baseline had no training loss curve (its
+    ``training_step`` returned no loss, and its ``--monitor`` metric was not logged per batch)."""
     if "target_reached" not in attrs:
         return None
     seconds = attrs.get("time_to_target")
+    if seconds is None and attrs.get("loss_target") is None:
+        return "no curve"
     if seconds is None or seconds > 1e6:
         return "never"
     return f"{'' if attrs['target_reached'] else '~'}{seconds:.3g} s"
@@ -508,11 +512,11 @@ class ConsoleUI:
             )
             self.console.print(f"[bold]recommended: trial {recommended.number}[/bold] {said}")
         else:
-            sps, b_sps = recommended.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
-            self.console.print(
-                f"[bold]recommended: trial {recommended.number}[/bold], {sps:,.0f} samples/s = "
-                f"[bold]{sps / b_sps:.2f}x[/bold] the baseline ({b_sps:,.0f} samples/s)"
-            )
+            from rich.markup import escape
+
+            from autotune.summary import unpaired_text
+
+            self.console.print(f"[bold]recommended: trial {recommended.number}[/bold]: {escape(unpaired_text(recommended, baseline))}")
         for maybe_line in (  # str | None (the loop above binds line: str)
             flops_line(recommended),
             quality_line(recommended, baseline),

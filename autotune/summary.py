@@ -24,6 +24,7 @@ __all__ = [
     "quality_line",
     "ratio_text",
     "speedup_line",
+    "unpaired_text",
 ]
 
 
@@ -113,8 +114,35 @@ def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any, obj
         )
     if speed is not None:
         return "measured: 1.00x: no candidate was shown at least 5% better than the baseline in paired runs (the baseline is recommended)"
+    return f"measured: {unpaired_text(trial, baseline)}"
+
+
+def unpaired_text(trial: Any, baseline: Any) -> str:
+    """The speed of ``trial`` over the ``baseline`` trial from their single search runs (no paired
+    confirmation: ``--confirm 0``, or a run stopped before it), said to be unconfirmed:
+    ``"3,702 samples/s vs baseline 2,000 samples/s (trial 0): speedup 1.85x in single unpaired runs (not confirmed)"``.
+
+    When the baseline trial ran on a busy machine (:func:`autotune.contention.is_busy`) its samples/s
+    understates the baseline, so every ratio over it overstates the speed-up: the text then says so,
+    with the figure, and how to confirm (``--confirm 3`` races the best configs in paired runs).
+
+    Args:
+        trial, baseline: Frozen trials with ``samples_per_sec`` user attributes.
+    """
+    from autotune.contention import is_busy
+
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
-    return f"measured: {sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
+    text = f"{sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
+    if trial.number == baseline.number:
+        return text
+    text += " in single unpaired runs (not confirmed)"
+    if is_busy(baseline.user_attrs):
+        taken = baseline.user_attrs["other_cpu_fraction"]
+        text += (
+            f"; the baseline trial ran while other processes took {taken:.0%} of the CPU, so this likely overstates "
+            "the speed-up: confirm it with --confirm 3 (paired runs)"
+        )
+    return text
 
 
 def quality_line(trial: Any, baseline: Any) -> str | None:

@@ -13,6 +13,7 @@ from conftest import MODELS, ROOT, load
 
 from autotune.contention import BUSY_OTHER_CPU_FRACTION, busy_run_line, busy_trial_line, host_load_line, is_busy
 from autotune.host_load import parse_proc_stat
+from autotune.summary import speedup_line, unpaired_text
 
 
 def _trial(number, other, load=3.1, cpus=2, steal=0.0, gpu=None, state="COMPLETE", **attrs):
@@ -49,6 +50,21 @@ def test_the_run_gets_one_line_naming_the_busiest_trial_and_the_count():
     )
     assert "\n" not in line
     assert busy_run_line(trials[:1] + trials[3:4]) is None  # quiet: no line
+
+
+def test_an_unpaired_speedup_says_it_is_unconfirmed_and_distrusts_a_busy_baseline():
+    quiet_base, busy_base = _trial(0, 0.05, samples_per_sec=500.0), _trial(0, 0.6, samples_per_sec=500.0)
+    fast = _trial(4, 0.02, samples_per_sec=4250.0)
+    assert unpaired_text(fast, quiet_base) == (
+        "4,250 samples/s vs baseline 500 samples/s (trial 0): speedup 8.50x in single unpaired runs (not confirmed)"
+    )
+    # the baseline slowed by other work: every ratio over it is inflated, and the line says so with the figure
+    line = speedup_line(None, fast, busy_base)
+    assert line.startswith("measured: 4,250 samples/s vs baseline 500 samples/s (trial 0): speedup 8.50x in single unpaired runs")
+    assert "the baseline trial ran while other processes took 60% of the CPU" in line and "--confirm 3" in line
+    # a busy candidate only understates itself: no warning; the baseline recommended is just 1.00x
+    assert "overstates" not in unpaired_text(_trial(4, 0.9, samples_per_sec=900.0), quiet_base)
+    assert unpaired_text(busy_base, busy_base) == "500 samples/s vs baseline 500 samples/s (trial 0): speedup 1.00x"
 
 
 def test_show_line_gives_every_figure():

@@ -404,7 +404,7 @@ def test_a_clearly_slower_trial_is_pruned_and_never_recommended(tmp_path, cli, d
     assert pruned.user_attrs["fail_reason"].startswith("pruned at 512 of 2048 samples: samples per sec")
     assert "512" in pruned.user_attrs["intermediate"] and "2048" not in pruned.user_attrs["intermediate"]
     assert all("intermediate" in t.user_attrs for t in study.trials[1:])  # recorded while they ran
-    assert "recommended: trial 2," not in r.stdout and "recommended: trial" in r.stdout
+    assert "recommended: trial 2:" not in r.stdout and "recommended: trial" in r.stdout
 
 
 def test_memory_model_caps_the_batch_sizes_at_the_limit(tmp_path, cli):

@@ -264,3 +264,13 @@ def test_a_trial_that_did_not_complete_shows_its_samples_per_sec_in_parentheses(
     assert _cell("samples_per_sec", {"state": "FAIL", "samples_per_sec": 25429.4}) == "(25,429)"
     assert _cell("samples_per_sec", {"state": "COMPLETE", "samples_per_sec": 25429.4}) == "25,429"
     assert _cell("samples_per_sec", {"state": "FAIL", "samples_per_sec": None}) == ""
+
+
+def test_time_to_target_reads_no_curve_when_the_baseline_had_no_loss_curve():
+    from autotune.report import _to_target
+
+    assert _to_target({}) is None  # not judged on a target at all
+    assert _to_target({"target_reached": False, "time_to_target": None, "loss_target": None}) == "no curve"
+    assert _to_target({"target_reached": False, "time_to_target": None, "loss_target": 0.5}) == "never"
+    assert _to_target({"target_reached": True, "time_to_target": 4.91, "loss_target": 0.5}) == "4.91 s"
+    assert _to_target({"target_reached": False, "time_to_target": 14.2, "loss_target": 0.5}) == "~14.2 s"
