@@ -179,11 +179,14 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     Args:
         trial: The frozen trial (a search trial or a confirmation run).
         settings: The study's settings (hardware, space, inspected DataLoader).
-        trials: Every frozen trial of the study: the completed search trials at the study's budget
-            (no short stage-1 run, confirmation run or duplicate) that ran more ``num_workers`` than
-            ``trial`` are what the advice weighs against its samples/s (a confirmation run's is the
-            search trial it confirms); the config's other knobs alike where such trials exist, else
-            any. Empty: nothing measured is weighed.
+        trials: Every frozen trial of the study: the completed search trials (no confirmation run
+            or duplicate) that ran ``trial``'s config with more ``num_workers`` (every other knob
+            alike; ``prefetch_factor`` and ``persistent_workers`` may differ) are what the advice
+            weighs against its samples/s (a confirmation run's is the search trial it confirms):
+            those at the study's budget, else short screening runs (samples/s is a rate, measured
+            after the warm-up either way). A trial with other knobs (another batch size or
+            precision) is never weighed: its speed says nothing about workers. Empty: nothing
+            measured is weighed.
     """
     from autotune.objective import input_bound_advice
 
@@ -208,21 +211,24 @@ def _wider_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
     reference = by_number.get(trial.user_attrs.get("confirm_of"), trial) if "confirm_of" in trial.user_attrs else trial
     sps = reference.user_attrs.get("samples_per_sec")
     workers = int(config.get("num_workers") or 0)
-    measured = [
-        t
-        for t in trials
-        if t.state.name == "COMPLETE"
-        and not {"trial_samples", "confirm_of", "duplicate_of"} & t.user_attrs.keys()
-        and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) > workers
-        and (t.user_attrs.get("samples_per_sec") or 0) > 0
-    ]
+
 
     def others(c: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
 
-    alike = [t for t in measured if others(t.user_attrs["config"]) == others(config)]
+    alike = [
+        t
+        for t in trials
+        if t.state.name == "COMPLETE"
+        and not {"confirm_of", "duplicate_of"} & t.user_attrs.keys()
+        and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) > workers
+        and (t.user_attrs.get("samples_per_sec") or 0) > 0
+        and others(t.user_attrs["config"]) == others(config)
+    ]
+    # full-budget runs first; short screening runs of the same knobs when none ran at full budget
+    full = [t for t in alike if "trial_samples" not in t.user_attrs]
     wider: dict[int, float] = {}
-    for t in alike or measured:
+    for t in full or alike:
         w = int(t.user_attrs["config"]["num_workers"])
         wider[w] = max(wider.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
     return wider, (float(sps) if sps else None)

@@ -233,7 +233,7 @@ def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
     add(study, 1000.0, baseline=True, attrs={"data_wait_fraction": 0.3})
     add(study, 700.0, num_workers=2, attrs={"data_wait_fraction": 0.05})
     add(study, 650.0, num_workers=4, attrs={"data_wait_fraction": 0.02})
-    add(study, 5000.0, num_workers=4, batch_size=512)  # other knobs: not weighed while this config's own are there
+    add(study, 5000.0, num_workers=4, batch_size=512)  # other knobs: never weighed
     settings = make_settings(space=space)
     trials = study.get_trials(deepcopy=False)
     line = input_bound_line(trials[0], settings, trials)
@@ -245,6 +245,18 @@ def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
     assert "measured no faster" in input_bound_line(run, settings, study.get_trials(deepcopy=False))
     # without the study's trials, the space alone speaks (as before)
     assert "widen: num_workers (this config uses 0, the space allows up to 4)" in input_bound_line(trials[0], settings)
+
+    # only trials with other knobs ran more workers: nothing is weighed (the space speaks), not a
+    # comparison with another batch size; a short screening run of this config's knobs is weighed
+    study = make_study(space=space)
+    add(study, 1000.0, baseline=True, attrs={"data_wait_fraction": 0.3})
+    add(study, 400.0, num_workers=2, batch_size=512, accumulate_grad_batches=3)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "measured" not in line and "widen: num_workers (this config uses 0, the space allows up to 4)" in line
+    add(study, 300.0, num_workers=1, attrs={"trial_samples": 2048})
+    line = input_bound_line(trials[0], settings, study.get_trials(deepcopy=False))
+    assert "more num_workers measured no faster in this study (1: at best 300 samples/s vs this config's 1,000 with 0)" in line
 
     # more workers measured faster: widening them is advised, naming the measurement
     study = make_study(space=space)
