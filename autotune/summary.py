@@ -212,7 +212,6 @@ def _wider_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
     sps = reference.user_attrs.get("samples_per_sec")
     workers = int(config.get("num_workers") or 0)
 
-
     def others(c: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
 
