@@ -219,7 +219,8 @@ def _open_study(
         if opts.trial_timeout is not None:
             settings = settings.replace(trial_timeout=opts.trial_timeout)
         seeds = _check_run_inputs(opts, settings)
-        ui.info(f"resuming study {study_name!r} ({len(study.get_trials(deepcopy=False))} trials so far) in {mask_url(storage_url)}")
+        n = len(study.get_trials(deepcopy=False))
+        ui.info(f"resuming study {study_name!r} ({n} trial{'' if n == 1 else 's'} so far) in {mask_url(storage_url)}")
         return study, settings, seeds
     if settings is None:
         settings = _create_settings(opts, model_file, study_name, ui)
