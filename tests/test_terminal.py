@@ -274,3 +274,13 @@ def test_time_to_target_reads_no_curve_when_the_baseline_had_no_loss_curve():
     assert _to_target({"target_reached": False, "time_to_target": None, "loss_target": 0.5}) == "never"
     assert _to_target({"target_reached": True, "time_to_target": 4.91, "loss_target": 0.5}) == "4.91 s"
     assert _to_target({"target_reached": False, "time_to_target": 14.2, "loss_target": 0.5}) == "~14.2 s"
+
+
+def test_a_study_copied_under_another_name_is_shown_and_exported_under_it(tmp_path):
+    db = tmp_path / "c.db"
+    source = realistic_study()  # its stored settings name the study "s"
+    optuna.copy_study(from_study_name=source.study_name, from_storage=source._storage, to_storage=f"sqlite:///{db}", to_study_name="copy")
+    _, settings = load_study("copy", f"sqlite:///{db}")
+    assert settings.study_name == "copy"
+    shown = run_cli(["show", "copy", "--storage", f"sqlite:///{db}"], cwd=tmp_path, env={"COLUMNS": "200"}, check_rc=0).stdout
+    assert "study copy" in shown and "study s\n" not in shown and "study s:" not in shown

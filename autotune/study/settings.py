@@ -165,9 +165,16 @@ class StudySettings:
 
 
 def settings_of(study) -> StudySettings | None:
-    """The study's :class:`StudySettings`, or ``None`` for a study autotune did not make."""
+    """The study's :class:`StudySettings`, or ``None`` for a study autotune did not make.
+
+    ``study_name`` is the study's own name: a study copied under another name
+    (``optuna.copy_study``) keeps the stored settings of the original, under the name it has now.
+    """
     values = study.user_attrs.get(SETTINGS_ATTR)
-    return None if values is None else StudySettings.from_dict(values)
+    if values is None:
+        return None
+    settings = StudySettings.from_dict(values)
+    return settings if settings.study_name == study.study_name else settings.replace(study_name=study.study_name)
 
 
 def _study_names(storage) -> list[str]:
