@@ -49,6 +49,7 @@ __all__ = [
     "MAX_PAIRS",
     "MIN_EFFECT",
     "MIN_PAIRS",
+    "PLANNED_PAIRS",
     "SIGN_ALPHA",
     "Pair",
     "Verdict",
@@ -65,6 +66,16 @@ MIN_EFFECT = 0.05
 MIN_PAIRS = 3
 #: Most pairs of one race (``--confirm-pairs``).
 MAX_PAIRS = 6
+#: Pairs of the first race the confirmation's run length is planned for
+#: (:func:`autotune.study.racing.confirm_samples`): more, shorter runs rather than the minimum 3 long
+#: ones. At equal jitter per pair the interval's half-width ``t(n - 1) / sqrt(n)`` is 1.69 at 3 pairs
+#: and 0.95 at 5. Measured (``benchmarks/confirm_length.py``, 6 interleaved pairs per length, quiet
+#: 2-core CPU): charlm's runs of 4,096 samples jittered less than runs of 6,647 (standard deviation
+#: of the log-ratio 0.064 vs 0.153) at 31% less time per pair; the input-bound augmented_digits'
+#: a little more than runs of 5,670 (0.248 vs 0.189) at 25% less; start-up and validation are a
+#: fixed cost. In the budget, the expected lower end of the interval was higher at the shorter
+#: length on both (0.90 vs 0.75; 0.60 vs 0.39, at one pooled mean).
+PLANNED_PAIRS = 5
 #: Level of the exact one-sided sign test (``0.5 ** MIN_PAIRS``).
 SIGN_ALPHA = 0.125
 #: A log-ratio is clipped to +-log(100) (a run that never reached its target: ``inf`` seconds).

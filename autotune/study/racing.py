@@ -12,7 +12,7 @@ The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-sh
 run's wall time, i.e. ``share / (1 - share)`` (0.25) times the study's search seconds. No pair starts
 when the confirmation seconds so far plus the pair's expected seconds would pass it, except the first
 race's first :data:`autotune.paired.MIN_PAIRS` pairs (the training samples per run are chosen so
-that these fit: :func:`autotune.paired.fit_samples`).
+that :data:`autotune.paired.PLANNED_PAIRS` pairs fit: :func:`autotune.paired.fit_samples`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from typing import Any
 
 from autotune.jobs import SlotPools
-from autotune.paired import MIN_PAIRS, fit_samples, runs_first
+from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
 from autotune.study.races import Race, races_of
 from autotune.study.records import _budget, confirm_candidates
@@ -67,9 +67,9 @@ def confirm_samples(study, settings: StudySettings, given: int | None, first: An
     """Training samples per paired run, and the words that say where they come from.
 
     ``given`` (``--confirm-samples``) first; else the budget of the study's last paired run (a
-    resumed confirmation continues its races); else what fits :data:`MIN_PAIRS` pairs of the best
-    candidate ``first`` against the baseline ``base`` in the budget (:func:`confirm_budget`), between
-    half and twice the study's ``samples``.
+    resumed confirmation continues its races); else what fits :data:`autotune.paired.PLANNED_PAIRS`
+    (5) pairs of the best candidate ``first`` against the baseline ``base`` in the budget
+    (:func:`confirm_budget`), between half and twice the study's ``samples``.
     """
     if given:
         return given, "--confirm-samples"
@@ -78,8 +78,8 @@ def confirm_samples(study, settings: StudySettings, given: int | None, first: An
         return int(stored[-1]), "the study's stored races"
     _, spent, allowed = confirm_budget(study, share)
     runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
-    samples = fit_samples(allowed - spent, MIN_PAIRS, runs, floor=max(1, settings.samples // 2), ceiling=2 * settings.samples)
-    return samples, f"what fits {MIN_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+    samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples // 2), ceiling=2 * settings.samples)
+    return samples, f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
 
 
 def race_candidates(
