@@ -29,7 +29,7 @@ from __future__ import annotations
 import resource
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.flop_probe import FlopProbe
@@ -68,7 +68,7 @@ class LossLog:
         self._last_logged: Any = None  # the logged tensor last kept (a stale one is not kept again)
         self._losses: list[Any] = []  # 0-d float tensors, or None for a batch that returned no loss
 
-    def add(self, outputs: Any, logged: Mapping[str, Any] | None = None) -> None:
+    def add(self, outputs: Any, logged: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
         """Keep the loss of a batch from what ``training_step`` returned (a tensor, or a dict with ``loss``).
 
         When it returned none (manual optimization often logs its losses and returns nothing), the
@@ -76,7 +76,9 @@ class LossLog:
         ``logged_name`` or ``logged_name + "_step"``) is kept instead, when it is a new tensor since
         the last batch. Lightning recomputes ``callback_metrics`` from its logged results when read,
         so in ``on_train_batch_end`` that value is the one this batch logged; a metric logged only
-        per epoch gives no per-batch value (the batch keeps ``None``).
+        per epoch gives no per-batch value (the batch keeps ``None``). ``logged`` may be a function
+        that returns them: it is called only then (reading ``callback_metrics`` costs a pass over the
+        logged results, kept off the per-batch path of a ``training_step`` that returns its loss).
         """
         import torch
 
@@ -85,8 +87,9 @@ class LossLog:
             self._losses.append(loss.detach().float() * self.accumulate)
             return
         value = None
-        if self.logged_name is not None and logged:
-            value = logged.get(f"{self.logged_name}_step", logged.get(self.logged_name))
+        if self.logged_name is not None and logged is not None:
+            metrics = logged() if callable(logged) else logged
+            value = metrics.get(f"{self.logged_name}_step", metrics.get(self.logged_name))
         if isinstance(value, torch.Tensor) and value.numel() == 1 and value is not self._last_logged:
             self._last_logged = value
             self._losses.append(value.detach().float().reshape(()))
@@ -308,7 +311,7 @@ class _MeasureHooks:
         if self.timer.batch_end(now, synced or not self.cuda):
             trainer.should_stop = True  # the sample budget is spent; the final validation follows
             self._stop_host(trainer)
-        self.losses.add(outputs, trainer.callback_metrics)
+        self.losses.add(outputs, lambda: trainer.callback_metrics)
         batches = len(self.timer.intervals)
         if self.losses.check_due(batches):
             self.losses.check_finite(self.timer.sizes, self.world_size)

@@ -42,16 +42,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: Student-t 0.95 quantiles, 1..10 degrees of freedom (as autotune.paired).
-_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
-
 
 def expected_lower(mean: float, sd: float, pairs: int) -> float | None:
     """``exp(mean - t95(pairs - 1) * sd / sqrt(pairs))``: the lower end of the race's 90% interval of
     the mean log-ratio after ``pairs`` pairs (None below 2 pairs)."""
+    from autotune.paired import _t95  # the race's own quantiles
+
     if pairs < 2:
         return None
-    return math.exp(mean - _T95[min(pairs - 1, len(_T95)) - 1] * sd / math.sqrt(pairs))
+    return math.exp(mean - _t95(pairs - 1) * sd / math.sqrt(pairs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,15 +131,14 @@ def main(argv: list[str] | None = None) -> int:
                 "sd_log_ratio": sd,
                 "pair_seconds": pair_s,
                 "pairs_in_budget": fit,
-                "expected_lower": expected_lower(mean, sd, min(fit, 10)),
-                "expected_lower_same_mean": None,
+                "expected_lower": expected_lower(mean, sd, fit),
                 "runs": pairs,
             }
         )
     # judged at one common mean (the pooled one), so that only jitter and pair count differ between lengths
     pooled = statistics.fmean(math.log(p["ratio"]) for r in rows for p in r["runs"]) if rows else 0.0
     for r in rows:
-        r["expected_lower_same_mean"] = expected_lower(pooled, r["sd_log_ratio"], min(r["pairs_in_budget"], 10))
+        r["expected_lower_same_mean"] = expected_lower(pooled, r["sd_log_ratio"], r["pairs_in_budget"])
     load_after = os.getloadavg()
     print(
         f"\nstudy {args.study}: baseline trial {base.number} vs trial {cand.number}'s config; budget {budget:.0f} s "
