@@ -428,6 +428,12 @@ def _open_grpc(url: str):
     """
     import warnings
 
+    # gRPC's fork handlers (on by default) restart its poller thread in every forked child, and that
+    # thread aborts the child (SIGABRT, "epoll_wait error: Bad file descriptor") when subprocess closes
+    # the child's descriptors before exec: grpc/grpc#43055, grpcio 1.80 to at least 1.85. This process
+    # forks only to exec trial processes, which never touch its channel, so the handlers are not needed.
+    # Read when gRPC is first imported, so set before Optuna's proxy imports it; a user's value is kept.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     host, port = grpc_address(url)
     wait = max(1.0, min(GRPC_CONNECT_SECONDS, _retry_seconds()))
     with warnings.catch_warnings():

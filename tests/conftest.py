@@ -1,5 +1,6 @@
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ os.environ.setdefault("AUTOTUNE_PRUNER", "none")
 # And the staged search: the tests that count or order trials assume every trial samples every knob
 # at full budget; tests/test_staged.py checks --search staged.
 os.environ.setdefault("AUTOTUNE_SEARCH", "flat")
+
+# A test suite started in the background of a shell without job control (`bash .ci/run &`, nohup)
+# inherits SIGINT ignored, and an ignored signal stays ignored across exec: the searches and dashboards
+# the tests stop with Ctrl-C would never see it. A handled signal is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(__file__).resolve().parent / "models"

@@ -222,6 +222,22 @@ def test_a_search_and_a_worker_share_a_study_through_the_storage_proxy(tmp_path)
 
 
 @requires_grpc
+@pytest.mark.parametrize("given", [None, "true"])
+def test_a_grpc_storage_turns_grpc_s_fork_handlers_off_before_grpc_loads_unless_the_user_set_them(tmp_path, given):
+    """grpc/grpc#43055: with its fork handlers on, a trial process forked while the channel is busy can abort
+    before exec (SIGABRT, "epoll_wait error: Bad file descriptor"); the search's first trial was the inspection."""
+    probe = ("import os, sys\nfrom autotune.storage import open_storage\nopen_storage(sys.argv[1])\n"
+             "from grpc._cython import cygrpc\nprint(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'), 'grpc' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    if given is not None:
+        env["GRPC_ENABLE_FORK_SUPPORT"] = given
+    with storage_proxy(f"sqlite:///{tmp_path / 'fork.db'}", tmp_path) as (url, _proxy):
+        out = subprocess.run([sys.executable, "-c", probe, url], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [given or "false", "True"]
+
+
+@requires_grpc
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_study_attributes_the_dashboard_and_a_lost_proxy_over_grpc(tmp_path, restore_dashboard, database):
     from conftest import dashboard_api
