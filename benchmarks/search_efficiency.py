@@ -119,7 +119,7 @@ class Replay:
         self.cache, self.real, self.save, self.pool = cache, real, save, pool
         self.start = time.monotonic()
         self.trained = 0.0  # cached wall seconds of the trials replayed so far
-        self.ends: list[tuple[float, str]] = []  # (virtual end time, key) per trial, in order
+        self.ends: dict[int, float] = {}  # trial number -> virtual end time, of every trial trained or replayed
         self.measured_now = 0
 
     def __call__(self, spec, **kwargs):
@@ -132,7 +132,7 @@ class Replay:
             self.start += outcome.wall_seconds  # the real training is counted once, as cached wall seconds
         entry = self.cache[key]
         self.trained += entry["wall_seconds"]
-        self.ends.append((time.monotonic() - self.start + self.trained, key))
+        self.ends[kwargs["trial_number"]] = time.monotonic() - self.start + self.trained
         return _outcome(entry)
 
 
@@ -271,8 +271,11 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
         )
     optimum = table["optimum"]
     ran = [t for t in study.trials if t.state.name in ("COMPLETE", "FAIL")]
-    best, reached = 0.0, {}
-    for i, (t, (end, _key)) in enumerate(zip(ran, fake.ends), start=1):
+    best, reached, end = 0.0, {}, 0.0
+    for i, t in enumerate(ran, start=1):
+        # a duplicate of a measured config (``duplicate_of``) trains nothing and calls no trial process: it
+        # ends when the trial before it did (its sampling and storage time is in the next trial's end)
+        end = fake.ends.get(t.number, end)
         if end > budget:
             break
         if t.user_attrs.get("stage") == "system" or not t.user_attrs.get("feasible") or t.state.name != "COMPLETE":
@@ -286,7 +289,7 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
         "seed": seed,
         "best_percent": 100.0 * best / optimum,
         "trials_run": len(ran),
-        "seconds_run": fake.ends[-1][0] if fake.ends else 0.0,
+        "seconds_run": max(fake.ends.values(), default=0.0),
         "measured_now": fake.measured_now,
     }
     for level in LEVELS:

@@ -294,12 +294,12 @@ def _full(params, sps, number, feasible, context, **attrs):
 
 
 def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_optimizer_steps():
-    from autotune.study.math_class import failed_class, ruled_out_at_any_lr
+    from autotune.study.math_class import Failure, failed_class, ruled_out_at_any_lr
     from autotune.study.staged import stage2_round
 
     context, _ = _context("sqrt")
     base = context.baseline
-    failed = [(5, base.replace(batch_size=128, lr=0.02))]  # 4x the batch at the sqrt rule's lr: multiplier 1
+    failed = [Failure(5, base.replace(batch_size=128, lr=0.02))]  # not improving at its end  # 4x the batch at the sqrt rule's lr: multiplier 1
     reason = failed_class(base.replace(batch_size=128, accumulate_grad_batches=4, lr=0.04), failed, base, "sqrt")
     assert reason is not None and "trial 5" in reason and "fewer optimizer steps" in reason
     assert failed_class(base.replace(batch_size=128, lr=0.02, num_workers=1), failed, base, "sqrt") is not None  # same steps
@@ -323,6 +323,68 @@ def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_opt
     # choosing the lr at the baseline's accumulation (a larger one would be fewer steps)
     assert stage2_round(trials, fixed, k=3, context=context) == [
         ({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1}, {"stage": "full"})]
+
+
+def test_a_failed_run_whose_loss_was_still_falling_is_told_from_a_plateau_or_a_divergence():
+    from autotune.study.math_class import still_improving
+
+    falling = [(x, 2.0 - x / 1000) for x in range(100, 1100, 100)]  # still 5-10% lower per quarter at its end
+    assert still_improving(falling)
+    flat = [(x, 1.0 + 0.001 * (x % 200 == 0)) for x in range(100, 1100, 100)]  # a plateau: noise, no trend
+    assert not still_improving(flat)
+    assert not still_improving([(x, 1.0 + x / 1000) for x in range(100, 1100, 100)])  # rising: diverging
+    assert not still_improving([*falling[:-1], (1000, float("nan"))])  # a non-finite loss anywhere
+    assert not still_improving([(1000, 1.0)]) and not still_improving([])  # no quarter before the last to compare
+
+
+def test_an_under_trained_failure_rules_out_fewer_steps_at_a_smaller_lr_only_and_stage_2_raises_the_lr():
+    """The digits grid's optimum (4x the batch at 10x the lr) was never run: batch 64 at lr 0.001 failed the
+    loss under-trained, and that ruled out every larger batch of its precision at any lr."""
+    from autotune.study.math_class import Failure, failed_class, raised_lr_needed, ruled_out_at_any_lr
+    from autotune.study.staged import stage2_round
+
+    context, _ = _context("sqrt", lr={"choices": [0.01, 0.03, 0.1]})
+    base = context.baseline  # batch 32, lr 0.01
+    failed = [Failure(5, base.replace(batch_size=64, lr=0.01), improving=True)]  # multiplier 1/sqrt(2)
+    assert not ruled_out_at_any_lr(base.replace(batch_size=128), failed)
+    reason = failed_class(base.replace(batch_size=128, lr=0.01), failed, base, "sqrt")  # fewer steps, a smaller multiplier
+    assert reason is not None and "trial 5" in reason and "still falling" in reason
+    assert failed_class(base.replace(batch_size=64, lr=0.01, num_workers=1), failed, base, "sqrt") is not None  # the same steps and lr
+    assert failed_class(base.replace(batch_size=128, lr=0.1), failed, base, "sqrt") is None  # fewer steps at a larger lr: may converge
+    assert failed_class(base.replace(batch_size=64, lr=0.03), failed, base, "sqrt") is None
+    assert failed_class(base.replace(batch_size=32, lr=0.001), failed, base, "sqrt") is None  # more steps
+    assert raised_lr_needed(base.replace(batch_size=128), failed, base, "sqrt") == pytest.approx(2 ** -0.5)
+    assert raised_lr_needed(base.replace(batch_size=32), failed, base, "sqrt") is None
+    # stage 2: 64 failed at the baseline's lr with its loss still falling: it runs again at the next lr of the grid
+    # (0.03), and 128 (first point: the rule's lr 0.02 -> 0.03 on the grid, a multiplier of 1.5) runs as planned
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    short = dict(trial_samples=512)
+    falling = [[x, 2.0 - x / 1000] for x in range(100, 1100, 100)]
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),
+        _full({"batch_size": 64, "num_workers": 0, **fixed}, 900.0, 1, None, context, **short),
+        _full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, None, context, **short),
+        _full({"batch_size": 64, "num_workers": 0, **fixed}, 900.0, 3, False, context, loss_curve=falling),
+    ]
+    assert stage2_round(trials, fixed, k=3, context=context) == [
+        ({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.03}, {"stage": "full"}),
+        ({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.03}, {"stage": "full"}),
+    ]
+    # the same failure on a plateau (not still falling): 128 is ruled out at any lr, and 64 goes to the sampler
+    trials[-1] = _full({"batch_size": 64, "num_workers": 0, **fixed}, 900.0, 3, False, context,
+                       loss_curve=[[x, 1.0] for x in range(100, 1100, 100)])
+    assert stage2_round(trials, fixed, k=3, context=context) == [
+        ({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1}, {"stage": "full"})]
+    # once 64 also failed at 0.03 with its loss still falling, its next point is 0.1; at the grid's top there is none left
+    trials[-1] = _full({"batch_size": 64, "num_workers": 0, **fixed}, 900.0, 3, False, context, loss_curve=falling)
+    trials.append(_full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.03}, 900.0, 4, False, context,
+                        loss_curve=falling))
+    trials.append(_full({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.03}, 800.0, 5, False, context,
+                        loss_curve=falling))
+    assert stage2_round(trials, fixed, k=3, context=context)[0] == (
+        {"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.1}, {"stage": "full"})
+    assert context.raised_point({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.1},
+                                [*failed, Failure(6, base.replace(batch_size=64, lr=0.1), improving=True)]) is None
 
 
 def test_stage_2_gives_the_fastest_sane_math_preserving_config_a_full_budget_run_first():

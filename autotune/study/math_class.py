@@ -17,17 +17,19 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from autotune.config import TrialConfig
 from autotune.space_params import scaled_lr
 
 __all__ = [
     "CHANGING",
+    "IMPROVING_DROP",
     "PRESERVING",
     "SANITY_FACTOR",
     "SANITY_FLOOR",
     "SANITY_WINDOW",
+    "Failure",
     "failed_class",
     "is_preserving",
     "loss_sanity",
@@ -35,9 +37,11 @@ __all__ = [
     "lr_rule",
     "math_kind",
     "optimizer_family",
+    "raised_lr_needed",
     "rule_lr",
     "ruled_out_at_any_lr",
     "split_accumulation",
+    "still_improving",
 ]
 
 #: Values of a staged trial's ``math`` user attribute.
@@ -57,6 +61,12 @@ SANITY_FLOOR = 0.05
 
 #: Share of a short run's samples, at its end, over which its loss and the baseline's are averaged (0 < x <= 1).
 SANITY_WINDOW = 0.25
+
+#: A failed run's training loss was still falling at its end when the mean over its last quarter of
+#: samples is at least this fraction (0.02 = 2%) below the mean over the quarter before: it stopped
+#: short of converging (too few optimizer steps for its lr), not at a plateau or a divergence, which
+#: noise alone moves by less than that over a quarter of a run's steps.
+IMPROVING_DROP = 0.02
 
 #: Optimizer class names (lower case, without the module) of each scaling family.
 _SGD_FAMILY = ("sgd", "asgd", "lars", "sgdw")
@@ -169,18 +179,61 @@ def lr_multiplier(config: TrialConfig, baseline: TrialConfig, rule: str) -> floa
     return config.lr / ruled
 
 
-def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]], baseline: TrialConfig, rule: str) -> str | None:
+class Failure(NamedTuple):
+    """A full-budget trial that failed the loss tolerance, as :func:`failed_class` reads it.
+
+    Attributes:
+        number: Its trial number.
+        config: Its config.
+        improving: Its training loss was still falling at its end (:func:`still_improving`): it
+            under-trained, so a larger lr may converge in the same or fewer optimizer steps.
+    """
+
+    number: int
+    config: TrialConfig
+    improving: bool = False
+
+
+def still_improving(curve: Sequence[Sequence[float]]) -> bool:
+    """Whether a run's training loss was still falling at its end (see :data:`IMPROVING_DROP`).
+
+    Args:
+        curve: The run's ``[(samples_seen, training loss), ...]`` (increasing samples).
+
+    Returns:
+        ``True`` when the mean finite loss over the last quarter of the run's samples is at least
+        :data:`IMPROVING_DROP` below the mean over the quarter before; ``False`` otherwise, and when
+        either quarter has no finite point (a non-finite loss, or too short a curve).
+    """
+    points = [(float(x), float(y)) for x, y in curve if math.isfinite(float(y))]
+    if not points or any(not math.isfinite(float(y)) for _, y in curve):
+        return False
+    end = points[-1][0]
+    last = [y for x, y in points if 0.75 * end < x <= end]
+    before = [y for x, y in points if 0.5 * end < x <= 0.75 * end]
+    if not last or not before:
+        return False
+    return statistics.fmean(last) <= (1 - IMPROVING_DROP) * statistics.fmean(before)
+
+
+def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: TrialConfig, rule: str) -> str | None:
     """Why ``config`` need not run: a config of its class already failed the loss at full budget.
 
-    A class is a precision and the constructor arguments. A full-budget trial of the class that
-    failed the loss tolerance rules out every config with a larger effective batch (the same samples
-    in fewer optimizer steps), whatever its lr, and every config with the same effective batch at the
-    same or a larger lr multiplier (:func:`lr_multiplier`); the same steps at a smaller lr may still
-    converge.
+    A class is a precision and the constructor arguments. What a failure of the class rules out
+    depends on how it failed, since a config that trains the same samples in fewer optimizer steps
+    (a larger effective batch) needs a larger lr to get as far:
+
+    - **Still improving** (:attr:`Failure.improving`: it under-trained): every config with the same
+      or a larger effective batch (the same or fewer optimizer steps) at the same or a smaller lr
+      multiplier (:func:`lr_multiplier`); a larger lr may still converge.
+    - **Otherwise** (a plateau or a divergence: its lr was already too large for its steps): every
+      config with a larger effective batch, whatever its lr, and every config with the same
+      effective batch at the same or a larger lr multiplier; the same steps at a smaller lr may still
+      converge.
 
     Args:
         config: The config about to run.
-        failures: ``(trial number, config)`` of the full-budget trials that failed the loss.
+        failures: The full-budget trials of the study that failed the loss.
         baseline: The baseline config.
         rule: The lr rule (:func:`lr_rule`).
 
@@ -188,35 +241,65 @@ def failed_class(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]
         The one-line reason stored on the skipped trial, or ``None`` (run it).
     """
     mine = lr_multiplier(config, baseline, rule)
-    for number, failed in failures:
+    for number, failed, improving in failures:
         if not _same_class(failed, config):
             continue
         theirs = lr_multiplier(failed, baseline, rule)
+        what = (
+            f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
+            f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget"
+        )
+        if improving:
+            if config.effective_batch_size >= failed.effective_batch_size and mine <= theirs * (1 + 1e-9):
+                return (
+                    f"{what} with its loss still falling, and this config trains the same samples in as many or fewer "
+                    f"optimizer steps (effective batch {config.effective_batch_size}) at the same or a smaller lr multiplier (x{mine:.3g})"
+                )
+            continue
         if config.effective_batch_size > failed.effective_batch_size:
             return (
-                f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
-                f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget, and this config trains "
-                f"the same samples in fewer optimizer steps (effective batch {config.effective_batch_size})"
+                f"{what}, and this config trains the same samples in fewer optimizer steps (effective batch {config.effective_batch_size})"
             )
         if config.effective_batch_size == failed.effective_batch_size and mine >= theirs * (1 - 1e-9):
             return (
-                f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
-                f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget, and this config has "
-                f"the same effective batch ({config.effective_batch_size}) at the same or a larger "
+                f"{what}, and this config has the same effective batch ({config.effective_batch_size}) at the same or a larger "
                 f"lr multiplier (x{mine:.3g})"
             )
     return None
 
 
-def ruled_out_at_any_lr(config: TrialConfig, failures: Iterable[tuple[int, TrialConfig]]) -> bool:
+def ruled_out_at_any_lr(config: TrialConfig, failures: Iterable[Failure]) -> bool:
     """Whether :func:`failed_class` skips ``config`` whatever its lr: a config of its class with a
-    smaller effective batch (more optimizer steps) already failed the loss at full budget.
+    smaller effective batch (more optimizer steps) already failed the loss at full budget, and not for
+    want of steps (its loss was not still falling).
 
     Args:
         config: A config (its lr is not read).
         failures: As for :func:`failed_class`.
     """
-    return any(_same_class(failed, config) and config.effective_batch_size > failed.effective_batch_size for _, failed in failures)
+    return any(
+        not improving and _same_class(failed, config) and config.effective_batch_size > failed.effective_batch_size
+        for _, failed, improving in failures
+    )
+
+
+def raised_lr_needed(config: TrialConfig, failures: Iterable[Failure], baseline: TrialConfig, rule: str) -> float | None:
+    """The lr multiplier ``config`` must exceed to escape the still-improving failures of its class
+    (:func:`failed_class`): the largest multiplier among those with the same or a smaller effective
+    batch, or ``None`` when none of them applies.
+
+    Args:
+        config: A config (its lr is not read).
+        failures: As for :func:`failed_class`.
+        baseline: The baseline config.
+        rule: The lr rule.
+    """
+    needed = [
+        lr_multiplier(failed, baseline, rule)
+        for _, failed, improving in failures
+        if improving and _same_class(failed, config) and config.effective_batch_size >= failed.effective_batch_size
+    ]
+    return max(needed) if needed else None
 
 
 def _same_class(a: TrialConfig, b: TrialConfig) -> bool:

@@ -20,7 +20,18 @@ from autotune.knobs import with_knobs
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
 from autotune.space_params import scaled_lr
-from autotune.study.math_class import PRESERVING, failed_class, is_preserving, lr_rule, rule_lr, ruled_out_at_any_lr, split_accumulation
+from autotune.study.math_class import (
+    PRESERVING,
+    Failure,
+    failed_class,
+    is_preserving,
+    lr_rule,
+    raised_lr_needed,
+    rule_lr,
+    ruled_out_at_any_lr,
+    split_accumulation,
+    still_improving,
+)
 from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
 from autotune.study.settings import BASELINE_ATTR, StudySettings
@@ -209,6 +220,32 @@ class MathContext:
                 params["lr"] = lr
         return params
 
+    def raised_point(self, params: Mapping[str, Any], failures: Sequence[Failure]) -> dict[str, Any] | None:
+        """``params`` at the next lr up that the still-improving failures of its class leave open
+        (:func:`autotune.study.math_class.raised_lr_needed`): the grid's next choice, or in a range x sqrt(10)
+        (at most its top). ``None`` when none applies, ``lr`` is not searched itself (``lr_scaling``), no
+        larger lr is left, or another failure of the class rules the raised point out."""
+        entry = self.resolved.get("lr")
+        if "lr" not in params or entry is None:
+            return None
+        config = self.config_of(params)
+        needed = raised_lr_needed(config, failures, self.baseline, self.rule)
+        ruled = rule_lr(config, self.baseline, self.rule)
+        if needed is None or ruled is None:
+            return None
+        floor = ruled * needed * (1 + 1e-9)
+        if "choices" in entry:
+            above = sorted(c for c in entry["choices"] if c > floor)
+            if not above:
+                return None
+            lr = above[0]
+        else:
+            if floor >= entry["high"]:
+                return None
+            lr = min(floor * math.sqrt(10), entry["high"])
+        raised = {**params, "lr": lr}
+        return raised if failed_class(self.config_of(raised), failures, self.baseline, self.rule) is None else None
+
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Equal params (floats up to rounding)."""
@@ -217,13 +254,19 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     )
 
 
-def _failures(full: Sequence[Any]) -> list[tuple[int, TrialConfig]]:
-    """``(number, config)`` of the full-budget trials that failed the loss tolerance (not duplicates)."""
-    return [
-        (t.number, TrialConfig.from_dict(t.user_attrs["config"]))
-        for t in full
-        if t.user_attrs.get("feasible") is False and "config" in t.user_attrs and "duplicate_of" not in t.user_attrs
-    ]
+def _failures(full: Sequence[Any]) -> list[Failure]:
+    """The full-budget trials that failed the loss tolerance (not duplicates), each with whether its
+    training loss was still falling at its end (:func:`autotune.study.math_class.still_improving`)."""
+    return [f for f in map(_failure_of, full) if f is not None]
+
+
+@per_finished_trial
+def _failure_of(trial: Any) -> Failure | None:
+    """The :class:`Failure` of a full-budget trial, or ``None`` when it did not fail the loss (derived once per finished trial)."""
+    attrs = trial.user_attrs
+    if attrs.get("feasible") is not False or "config" not in attrs or "duplicate_of" in attrs:
+        return None
+    return Failure(trial.number, TrialConfig.from_dict(attrs["config"]), still_improving(attrs.get("loss_curve") or []))
 
 
 def stage2_round(
@@ -293,6 +336,10 @@ def stage2_round(
             continue  # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
         if not done and context is not None:
             done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
+        raised = context.raised_point(first, failures) if done and context is not None else None  # under-trained: next lr up
+        if raised is not None and not any(_same({n: t.params.get(n) for n in raised}, raised) for t in mine):
+            out.append((raised, {"stage": "full"}))
+            continue
         # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
         # optimizer steps, which failed_class rules out once the class failed)
         again = {**system, **({k: v for k, v in fixed.items() if k == "accumulate_grad_batches"} if context is not None else {})}
@@ -306,7 +353,7 @@ def _preserving_round(
     ranked: Sequence[tuple[dict, float]],
     fixed: Mapping[str, Any],
     incumbent: float,
-    failures: list[tuple[int, TrialConfig]],
+    failures: list[Failure],
     context: MathContext,
 ) -> list[tuple[dict, dict]]:
     """The fastest math-preserving config left for a full-budget run, as a round of one (or none): see :func:`stage2_round`."""
