@@ -19,7 +19,9 @@ The decision rule (:func:`judge`), on ``d_i = log(candidate / incumbent)`` of th
   one large pair; the sign test alone cannot say by how much. 0.125 is the smallest level three pairs
   can reach (``0.5 ** 3``).
 - **Loss**: the candidate's median final loss over its paired runs breaks the study's loss tolerance
-  against the incumbent's median over the same pairs (judged from ``min_pairs`` on, as a win is).
+  against the incumbent's median over the same pairs (judged from ``min_pairs`` on, as a win is); or,
+  with ``quality`` (a candidate of other math), it was slower to the study's loss target in the
+  median pair (seconds from each run's loss curve, as MLPerf's time-to-train counts them).
 - **Slower** (mean ratio at most 1) or **unproven** (mean ratio above 1): the upper end of the
   interval is below ``log(1 + min_effect)`` (at least ``min_pairs`` pairs): the candidate cannot be
   5% better; or it already lost so many pairs that the sign test cannot pass within ``max_pairs``
@@ -98,6 +100,9 @@ class Pair:
         incumbent_loss: The incumbent run's final loss.
         candidate_loss: The candidate run's.
         runs: ``(incumbent trial number, candidate trial number)`` (``(-1, -1)`` when not from a study).
+        incumbent_reach: The incumbent run's seconds to the study's loss target (the baseline's training
+            loss, :func:`autotune.objective.time_to_target`; ``inf``: never; NaN: not known).
+        candidate_reach: The candidate run's.
     """
 
     incumbent: float
@@ -105,6 +110,8 @@ class Pair:
     incumbent_loss: float = 1.0
     candidate_loss: float = 1.0
     runs: tuple[int, int] = (-1, -1)
+    incumbent_reach: float = math.nan
+    candidate_reach: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,7 @@ def judge(
     min_effect: float = MIN_EFFECT,
     min_pairs: int = MIN_PAIRS,
     max_pairs: int = MAX_PAIRS,
+    quality: bool = False,
 ) -> Verdict:
     """Decide a race from its completed pairs (the rule is in the module docstring).
 
@@ -200,6 +208,9 @@ def judge(
         min_effect: Smallest improvement a win must show, a fraction ``>= 0`` (0.05: 5%).
         min_pairs: Fewest pairs for a win, a loss or an interval decision (>= 2).
         max_pairs: The pair cap (>= ``min_pairs``).
+        quality: Also judge the seconds to the loss target (a math-changing candidate, which trains the
+            same samples in other steps): when every pair knows both runs' and the candidate was slower
+            to the target in the median pair, the race is lost on the loss.
 
     Returns:
         A :class:`Verdict`; ``running`` when another pair is needed.
@@ -234,6 +245,15 @@ def judge(
     theirs = statistics.median(p.incumbent_loss for p in pairs)
     if constraint_value(mine, theirs, tolerance, mode) > 0:
         return verdict("loss", f"median paired loss {mine:.4g} above the incumbent's {theirs:.4g} + {tolerance:.0%}")
+    known = [p for p in pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
+    if (
+        quality
+        and known
+        and len(known) == n
+        and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0
+    ):
+        mine, theirs = statistics.median(p.candidate_reach for p in known), statistics.median(p.incumbent_reach for p in known)
+        return verdict("loss", f"slower to the baseline's training loss: median {mine:.3g} s against the incumbent's {theirs:.3g} s")
     if mean - half > threshold and sign_p <= SIGN_ALPHA:
         return verdict("win", f"better in {better} of {n} pairs, interval above {1 + min_effect:.2f}x")
     if mean + half < threshold:

@@ -58,6 +58,26 @@ def test_a_faster_candidate_whose_loss_breaks_the_tolerance_does_not_win():
     assert got.outcome == "loss" and got.reason.startswith("median paired loss 1.2 above the incumbent's 1")
 
 
+def test_a_candidate_of_other_math_faster_per_sample_but_slower_to_the_baseline_s_loss_loses_the_race():
+    """The quiet zoo's charlm: batch 64 at 7x the lr, 1.13x the samples/s in 3 of 3 pairs and its final loss within
+    the tolerance, but 27-30 s (extrapolated) to the baseline's training loss against 10-11 s: 0.68x standalone."""
+    sps = ([1501, 1346, 1422], [1711, 1586, 1541])
+    reach = ([10.2, 11.3, 10.7], [27.0, 29.1, 29.9])
+    pairs = [Pair(i, c, 2.301, 2.38, (-1, -1), ri, rc) for i, c, ri, rc in zip(*sps, *reach)]
+    assert judge(pairs, maximize=True, tolerance=0.05).outcome == "win"  # samples/s alone (math-preserving)
+    got = judge(pairs, maximize=True, tolerance=0.05, quality=True)
+    assert got.outcome == "loss" and got.ratio > 1.05
+    assert got.reason == "slower to the baseline's training loss: median 29.1 s against the incumbent's 10.7 s"
+    # faster to the loss too (or never known): the race is decided on samples/s as before
+    quick = [Pair(i, c, 2.301, 2.38, (-1, -1), ri, ri / 1.1) for i, c, ri in zip(*sps, reach[0])]
+    assert judge(quick, maximize=True, tolerance=0.05, quality=True).outcome == "win"
+    unknown = [Pair(i, c, 2.301, 2.38) for i, c in zip(*sps)]
+    assert judge(unknown, maximize=True, tolerance=0.05, quality=True).outcome == "win"
+    # a candidate whose curve never reaches the target (inf) where the incumbent's does is slower to it
+    never = [Pair(i, c, 2.301, 2.38, (-1, -1), ri, math.inf) for i, c, ri in zip(*sps, reach[0])]
+    assert judge(never, maximize=True, tolerance=0.05, quality=True).outcome == "loss"
+
+
 def test_a_clearly_slower_candidate_stops_after_two_pairs():
     got = judge(_pairs([100, 100], [80, 70]), maximize=True, tolerance=0.05)
     assert got.outcome == "slower" and "sign test cannot pass within 6 pairs" in got.reason

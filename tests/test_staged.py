@@ -385,6 +385,14 @@ def test_an_under_trained_failure_rules_out_fewer_steps_at_a_smaller_lr_only_and
         {"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.1}, {"stage": "full"})
     assert context.raised_point({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.1},
                                 [*failed, Failure(6, base.replace(batch_size=64, lr=0.1), improving=True)]) is None
+    # ... and a config with no larger lr left is passed over, not given to the sampler, every smaller lr of which
+    # is ruled out (demo_boring: batch 64 failed at the range's top lr, and 3 sampled lrs below it were skipped).
+    # 128 too: 64 failed at x7.07 with more steps, so 128 needs more than x7.07 (lr 0.14), above the grid
+    trials.append(_full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.1}, 900.0, 6, False, context,
+                        loss_curve=falling))
+    assert stage2_round(trials, fixed, k=3, context=context) == []
+    del trials[5]  # without 128's own failure at 0.03 it would still run its first point... which 64's x7.07 now rules out
+    assert stage2_round(trials, fixed, k=3, context=context) == []
 
 
 def test_stage_2_gives_the_fastest_sane_math_preserving_config_a_full_budget_run_first():

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from autotune.config import TrialConfig
 from autotune.space_params import scaled_lr
+from autotune.study.memo import per_finished_trial
 
 __all__ = [
     "CHANGING",
@@ -31,6 +32,7 @@ __all__ = [
     "SANITY_WINDOW",
     "Failure",
     "failed_class",
+    "failures_of",
     "is_preserving",
     "loss_sanity",
     "lr_multiplier",
@@ -214,6 +216,22 @@ def still_improving(curve: Sequence[Sequence[float]]) -> bool:
     if not last or not before:
         return False
     return statistics.fmean(last) <= (1 - IMPROVING_DROP) * statistics.fmean(before)
+
+
+def failures_of(full: Sequence[Any]) -> list[Failure]:
+    """The trials of ``full`` (frozen full-budget trials) that failed the loss tolerance, duplicates left
+    out, each with whether its training loss (user attribute ``loss_curve``) was still falling at its end
+    (:func:`still_improving`)."""
+    return [f for f in map(_failure_of, full) if f is not None]
+
+
+@per_finished_trial
+def _failure_of(trial: Any) -> Failure | None:
+    """The :class:`Failure` of a full-budget trial, or ``None`` when it did not fail the loss (derived once per finished trial)."""
+    attrs = trial.user_attrs
+    if attrs.get("feasible") is not False or "config" not in attrs or "duplicate_of" in attrs:
+        return None
+    return Failure(trial.number, TrialConfig.from_dict(attrs["config"]), still_improving(attrs.get("loss_curve") or []))
 
 
 def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: TrialConfig, rule: str) -> str | None:

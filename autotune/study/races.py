@@ -169,6 +169,8 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
                     float(inc.user_attrs.get("loss", math.nan)),
                     float(cand.user_attrs.get("loss", math.nan)),
                     (inc.number, cand.number),
+                    _reach(inc),
+                    _reach(cand),
                 )
             )
     tolerance = settings.loss_tolerance
@@ -176,10 +178,21 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
         from autotune.study.math_class import SANITY_FACTOR, SANITY_FLOOR
 
         tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
-    verdict = judge(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3))
+    # a candidate of other math is also held to the seconds to the baseline's loss (not the pareto trade-off)
+    quality = not same_math and settings.objective in ("throughput", "goodput")
+    verdict = judge(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3), quality=quality)
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)
+
+
+def _reach(trial: Any) -> float:
+    """A paired run's seconds to the study's loss target: ``inf`` when stored as ``None`` (never, or no loss
+    curve: then both runs of a pair, of one model, have none and tie), NaN when not stored."""
+    if "time_to_target" not in trial.user_attrs:
+        return math.nan
+    seconds = trial.user_attrs["time_to_target"]
+    return math.inf if seconds is None else float(seconds)
 
 
 def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: int) -> Confirmation | None:

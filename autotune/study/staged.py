@@ -24,13 +24,13 @@ from autotune.study.math_class import (
     PRESERVING,
     Failure,
     failed_class,
+    failures_of,
     is_preserving,
     lr_rule,
     raised_lr_needed,
     rule_lr,
     ruled_out_at_any_lr,
     split_accumulation,
-    still_improving,
 )
 from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
@@ -254,21 +254,6 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     )
 
 
-def _failures(full: Sequence[Any]) -> list[Failure]:
-    """The full-budget trials that failed the loss tolerance (not duplicates), each with whether its
-    training loss was still falling at its end (:func:`autotune.study.math_class.still_improving`)."""
-    return [f for f in map(_failure_of, full) if f is not None]
-
-
-@per_finished_trial
-def _failure_of(trial: Any) -> Failure | None:
-    """The :class:`Failure` of a full-budget trial, or ``None`` when it did not fail the loss (derived once per finished trial)."""
-    attrs = trial.user_attrs
-    if attrs.get("feasible") is not False or "config" not in attrs or "duplicate_of" in attrs:
-        return None
-    return Failure(trial.number, TrialConfig.from_dict(attrs["config"]), still_improving(attrs.get("loss_curve") or []))
-
-
 def stage2_round(
     trials: Sequence[Any], fixed: Mapping[str, Any], k: int = STAGE2_CONFIGS, context: MathContext | None = None
 ) -> list[tuple[dict, dict]]:
@@ -313,7 +298,7 @@ def stage2_round(
         and "trial_samples" not in t.user_attrs
     ]
     ranked = top_system_configs(trials, with_speed=True)
-    failures = _failures(full) if context is not None else []
+    failures = failures_of(full) if context is not None else []
     if context is not None:
         preserving = _preserving_round(trials, tried, ranked, fixed, incumbent, failures, context)
         if preserving:
@@ -336,9 +321,11 @@ def stage2_round(
             continue  # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
         if not done and context is not None:
             done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
-        raised = context.raised_point(first, failures) if done and context is not None else None  # under-trained: next lr up
-        if raised is not None and not any(_same({n: t.params.get(n) for n in raised}, raised) for t in mine):
-            out.append((raised, {"stage": "full"}))
+        needs = context is not None and raised_lr_needed(context.config_of(first), failures, context.baseline, context.rule)
+        if done and context is not None and "lr" in first and needs is not None:
+            raised = context.raised_point(first, failures)  # under-trained: every smaller lr is ruled out; next up or none
+            if raised is not None and not any(_same({n: t.params.get(n) for n in raised}, raised) for t in mine):
+                out.append((raised, {"stage": "full"}))
             continue
         # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
         # optimizer steps, which failed_class rules out once the class failed)
@@ -389,7 +376,7 @@ def class_failed(study, config: TrialConfig, settings: StudySettings) -> str | N
         for t in study.get_trials(deepcopy=False)
         if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
     ]
-    return failed_class(config, _failures(full), context.baseline, context.rule)
+    return failed_class(config, failures_of(full), context.baseline, context.rule)
 
 
 def screen_order(points: Sequence[Mapping[str, Any]], n: int, fixed: Mapping[str, Any], context: MathContext) -> list[dict[str, Any]]:

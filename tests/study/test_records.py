@@ -137,6 +137,25 @@ def test_a_candidate_that_wins_becomes_the_incumbent_of_the_next_race():
     assert recommendation(study, _settings(study))[0].number in {p[1].number for p in pairs}
 
 
+def test_a_candidate_of_other_math_slower_to_the_baseline_s_loss_in_its_pairs_is_not_recommended():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    bigger = add(study, 130.0, 1.03, batch_size=64, lr=0.02)  # other math: fewer, larger steps
+    race(study, bigger.number, [100.0, 102.0, 98.0], [130.0, 131.0, 128.0], candidate_loss=1.03,
+         reach=([10.0, 11.0, 10.5], [27.0, 29.0, 30.0]))
+    confirmed = confirmation(study, _settings(study))
+    (only,) = confirmed.races
+    assert only.verdict.outcome == "loss" and "slower to the baseline's training loss" in only.verdict.reason
+    assert confirmed.chosen == 0 and recommendation(study, _settings(study))[0].number != bigger.number
+    # the same figures for a config of the same math (another loader worker count): samples/s decide, and it wins
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    workers = add(study, 130.0, 1.03, num_workers=2)
+    race(study, workers.number, [100.0, 102.0, 98.0], [130.0, 131.0, 128.0], candidate_loss=1.03,
+         reach=([10.0, 11.0, 10.5], [27.0, 29.0, 30.0]))
+    assert confirmation(study, _settings(study)).chosen == workers.number
+
+
 def test_a_raced_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
