@@ -246,12 +246,7 @@ def judge(
     if constraint_value(mine, theirs, tolerance, mode) > 0:
         return verdict("loss", f"median paired loss {mine:.4g} above the incumbent's {theirs:.4g} + {tolerance:.0%}")
     known = [p for p in pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
-    if (
-        quality
-        and known
-        and len(known) == n
-        and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0
-    ):
+    if quality and len(known) == n and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0:
         mine, theirs = statistics.median(p.candidate_reach for p in known), statistics.median(p.incumbent_reach for p in known)
         return verdict("loss", f"slower to the baseline's training loss: median {mine:.3g} s against the incumbent's {theirs:.3g} s")
     if mean - half > threshold and sign_p <= SIGN_ALPHA:

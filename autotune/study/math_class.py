@@ -207,8 +207,8 @@ def still_improving(curve: Sequence[Sequence[float]]) -> bool:
         :data:`IMPROVING_DROP` below the mean over the quarter before; ``False`` otherwise, and when
         either quarter has no finite point (a non-finite loss, or too short a curve).
     """
-    points = [(float(x), float(y)) for x, y in curve if math.isfinite(float(y))]
-    if not points or any(not math.isfinite(float(y)) for _, y in curve):
+    points = [(float(x), float(y)) for x, y in curve]
+    if not points or not all(math.isfinite(y) for _, y in points):
         return False
     end = points[-1][0]
     last = [y for x, y in points if 0.75 * end < x <= end]

@@ -321,8 +321,12 @@ def stage2_round(
             continue  # its class failed with more optimizer steps: every lr of it would be skipped (failed_class)
         if not done and context is not None:
             done = failed_class(context.config_of(first), failures, context.baseline, context.rule) is not None
-        needs = context is not None and raised_lr_needed(context.config_of(first), failures, context.baseline, context.rule)
-        if done and context is not None and "lr" in first and needs is not None:
+        if (
+            done
+            and context is not None
+            and "lr" in first
+            and raised_lr_needed(context.config_of(first), failures, context.baseline, context.rule) is not None
+        ):
             raised = context.raised_point(first, failures)  # under-trained: every smaller lr is ruled out; next up or none
             if raised is not None and not any(_same({n: t.params.get(n) for n in raised}, raised) for t in mine):
                 out.append((raised, {"stage": "full"}))
