@@ -138,8 +138,8 @@ def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():
     from autotune.paired import PLANNED_PAIRS
     from autotune.study.racing import confirm_samples
 
-    settings = make_settings(samples=1024)
-    study = make_study(samples=1024)
+    settings = make_settings(samples=800)
+    study = make_study(samples=800)
     base = add(study, 100.0, baseline=True)
     first = add(study, 100.0, batch_size=64)  # both trials stored at once: no start-up seconds
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 400.0}])  # 0.25 x 400 s = 100 s for confirmation
@@ -147,7 +147,10 @@ def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():
     # 100 s / 5 pairs = 20 s a pair of two runs at 100 samples/s: 1,000 samples (3 pairs would be 1,666)
     assert PLANNED_PAIRS == 5 and samples == 1000
     assert source == f"what fits 5 pairs of trial {first.number}'s config vs the baseline in 100 s"
-    # clamped to half --samples: a tight budget still trains every run half a trial
+    # clamped to --samples: a tight budget still trains every run as long as the search trial that judged its loss
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 40.0}])
-    assert confirm_samples(study, settings, None, first, base, 0.2)[0] == 512
+    assert confirm_samples(study, settings, None, first, base, 0.2)[0] == 800
+    # and to twice --samples
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 4000.0}])
+    assert confirm_samples(study, settings, None, first, base, 0.2)[0] == 1600
     assert confirm_samples(study, settings, 777, first, base, 0.2) == (777, "--confirm-samples")
