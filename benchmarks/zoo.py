@@ -21,8 +21,9 @@ For each model, on this machine:
 2. **Standalone check** (``benchmarks/standalone.py``: LightningCLI and a plain timing callback,
    no autotune code in the process, through ``benchmarks/fidelity.py``'s ``standalone``): the
    baseline (the export with the baseline trial's knob values) trains for the confirmation budget
-   (twice the search's samples per trial); its moving-average training loss at the end is the
-   target. Then baseline and recommendation train to that target (at most 4x that budget),
+   (twice the search's samples per trial); its moving-average training loss at the end, plus
+   ``--loss-tolerance`` of it (default 0.05, the search's own default: the quality the search counts
+   as the baseline's, :func:`autotune.objective.loss_target`), is the target. Then baseline and recommendation train to that target (at most 4x that budget),
    ``--repeats`` pairs (default 3), back to back, alternating which runs first, so that a
    drifting load hits both alike (a paired design, as irace's F-race compares candidates on the
    same instances). The
@@ -251,7 +252,9 @@ def _standalone(folder: Path, model: Path, config: Path, samples: int, target: f
         return {"error": str(e)[-1500:]}
 
 
-def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int, repeats: int, margin: float, same: bool) -> dict:
+def paired_check(
+    folder: Path, model: Path, base: Path, rec: Path, samples: int, repeats: int, margin: float, same: bool, tolerance: float = 0.05
+) -> dict:
     """Seconds to the baseline's loss, baseline vs recommendation, in ``repeats`` alternating pairs.
 
     Args:
@@ -263,6 +266,7 @@ def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int,
         repeats: Pairs (>= 1).
         margin: Smallest slow-down counted as a wrong call, a fraction (0 <= margin < 1).
         same: The recommendation is the baseline's config (an A/A test: never a wrong call).
+        tolerance: The target is the reference run's final moving-average loss plus this fraction of it.
 
     Returns:
         The target, every run, the per-pair speed-ups, their median (1.0 for an A/A test, whose
@@ -270,11 +274,12 @@ def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int,
     """
     window = samples / 10
     reference = _standalone(folder, model, base, samples)
-    target = reference.get("loss_curve_tail")
-    result: dict = {"samples": samples, "reference": reference, "target_loss": target, "pairs": []}
-    if target is None or target != target:  # an error, or no loss (NaN)
+    tail = reference.get("loss_curve_tail")
+    result: dict = {"samples": samples, "reference": reference, "target_loss": None, "tolerance": tolerance, "pairs": []}
+    if tail is None or tail != tail:  # an error, or no loss (NaN)
         result.update(speedup=None, wrong_call=None, verdict="no target: the baseline's reference run failed")
         return result
+    target = result["target_loss"] = tail + tolerance * abs(tail)
     for i in range(repeats):
         order = ("baseline", "recommended") if i % 2 == 0 else ("recommended", "baseline")
         runs = {which: _standalone(folder, model, base if which == "baseline" else rec, 4 * samples, target, window) for which in order}
@@ -302,7 +307,9 @@ def paired_check(folder: Path, model: Path, base: Path, rec: Path, samples: int,
 # --- one model, the table, the run ---------------------------------------------------------------
 
 
-def bench_model(folder: Path, name: str, trials: int | None, extra: list[str], repeats: int, margin: float) -> dict:
+def bench_model(
+    folder: Path, name: str, trials: int | None, extra: list[str], repeats: int, margin: float, tolerance: float = 0.05
+) -> dict:
     """Search one zoo model and check its recommendation standalone; a failure is recorded, not raised."""
     model = ZOO[name]
     entry: dict = {"model": name, "file": str(model.relative_to(ROOT)), "load_before": os.getloadavg()}
@@ -335,7 +342,9 @@ def bench_model(folder: Path, name: str, trials: int | None, extra: list[str], r
     base_path.write_text(yaml.safe_dump(baseline_yaml(yaml.safe_load(found["yaml"].read_text()), base_config), sort_keys=False))
     budget = max((r["user_attrs"].get("confirm_samples") or 0 for r in rows), default=0) or 2 * DEFAULT_SAMPLES
     start = time.monotonic()
-    entry["standalone"] = paired_check(folder, model, base_path, found["yaml"], budget, repeats, margin, same=not changed)
+    entry["standalone"] = paired_check(
+        folder, model, base_path, found["yaml"], budget, repeats, margin, same=not changed, tolerance=tolerance
+    )
     entry["standalone_seconds"] = time.monotonic() - start
     entry["load_after"] = os.getloadavg()
     return entry
@@ -383,6 +392,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help=f"models {', '.join(QUICK_MODELS)}, {QUICK_TRIALS} trials each")
     parser.add_argument("--repeats", type=int, default=3, help="standalone pairs per model (default 3)")
     parser.add_argument("--margin", type=float, default=0.10, help="slow-down counted as a wrong call, a fraction (default 0.10)")
+    parser.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=0.05,
+        help="the standalone target is the baseline's final loss plus this fraction (default 0.05, the search's)",
+    )
     parser.add_argument("--hog", action="store_true", help="run beside a CPU hog pinned to one core")
     parser.add_argument("--hog-seconds", type=float, default=6 * 3600, help="the hog's longest life, seconds (default 6 h)")
     parser.add_argument("--search-args", default="", help='more options for every autotune search, one string ("--devices 1")')
@@ -395,6 +410,9 @@ def main() -> int:
         f"unknown model(s) {unknown!r} in --models; choose from: {', '.join(ZOO)}" if unknown else "",
         f"--repeats {args.repeats!r} is below 1; give 1 or more pairs" if args.repeats < 1 else "",
         f"--margin {args.margin!r} is outside [0, 1); give a fraction such as 0.1" if not 0 <= args.margin < 1 else "",
+        f"--loss-tolerance {args.loss_tolerance!r} is outside [0, 1); give a fraction such as 0.05"
+        if not 0 <= args.loss_tolerance < 1
+        else "",
         f"--trials {args.trials!r} is below 1; give 1 or more, or leave it out for autotune's default"
         if args.trials is not None and args.trials < 1
         else "",
@@ -415,7 +433,7 @@ def main() -> int:
             print(f"CPU hog pinned to core {core} for the whole run", flush=True)
         for name in models:
             print(f"[{name}] autotune search{'' if trials is None else f' --trials {trials}'} ...", flush=True)
-            entry = bench_model(Path(tmp), name, trials, extra, args.repeats, args.margin)
+            entry = bench_model(Path(tmp), name, trials, extra, args.repeats, args.margin, args.loss_tolerance)
             if "error" in entry:
                 print(f"[{name}] failed: {entry['error'][:300]}", flush=True)
             else:
@@ -437,6 +455,7 @@ def main() -> int:
         "search_args": extra,
         "repeats": args.repeats,
         "margin": args.margin,
+        "loss_tolerance": args.loss_tolerance,
         "wall_seconds": time.monotonic() - start,
         "load_before": load_before,
         "load_after": os.getloadavg(),

@@ -267,3 +267,22 @@ def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
     line = input_bound_line(trials[0], settings, trials)
     assert "widen: num_workers (this config uses 0; 2 measured 1,800 samples/s vs this config's 1,000)" in line
     assert "measured no faster" not in line
+
+
+def test_loss_target_adds_the_tolerance_of_its_magnitude():
+    curve = [(s, 1.0 if s <= 900 else 0.5) for s in range(100, 1001, 100)]
+    assert loss_target(curve, 1000, 0.05) == pytest.approx(0.525)
+    assert loss_target([(s, -2.0) for s in range(100, 1001, 100)], 1000, 0.1) == pytest.approx(-1.8)  # a negative loss: still looser
+    assert math.isnan(loss_target([], 1000, 0.05))
+
+
+def test_a_plateau_at_the_baselines_quality_reaches_the_relaxed_target_but_not_its_lucky_end():
+    """The demo BoringModel's case: the baseline's batch-1 curve ends on a low dip of its noise; a smoother
+    curve on the same plateau never crosses that dip (extrapolated far off or never) but is within 5%."""
+    baseline = [(s, 0.0100 + (0.0015 if (s // 400) % 2 else -0.0015) - (0.0006 if s > 7400 else 0.0)) for s in range(41, 8193, 41)]
+    smooth = [(s, 0.0098 + 1e-7 * ((s * 7919) % 13)) for s in range(256, 8193, 256)]
+    strict, relaxed = loss_target(baseline, 8192), loss_target(baseline, 8192, 0.05)
+    assert strict < 0.0098 < relaxed
+    assert not time_to_target(smooth, strict, 10_000.0, 8192).reached
+    got = time_to_target(smooth, relaxed, 10_000.0, 8192)
+    assert got.reached and got.samples <= 1024  # at the first full smoothing window

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from conftest import EXAMPLES, MODELS, ROOT, load
 
+from autotune.objective import loss_target
+
 pytestmark = pytest.mark.slow
 MEASURED = ("samples_per_sec", "device/samples_per_sec", "step_time_median", "step_time_p90", "data_wait_fraction",
             "peak_memory_gib", "loss_curve", "loss", "effective_batch_size", "precision_ran", "config")
@@ -226,6 +228,8 @@ def test_digits_time_to_quality_objective(tmp_path, cli):
     baseline = study.trials[0]
     target = baseline.user_attrs["loss_target"]
     assert baseline.user_attrs["target_reached"] and target > 0
+    # the baseline's smoothed final loss plus the 5% default tolerance
+    assert target == pytest.approx(loss_target(baseline.user_attrs["loss_curve"], 1024) * 1.05)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     for t in complete:
         assert t.user_attrs["loss_target"] == target  # every trial is judged against the baseline's loss

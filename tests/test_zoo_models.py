@@ -154,8 +154,18 @@ def test_the_paired_check_alternates_the_order_and_judges_wrong_calls_on_the_pai
     got = zoo.paired_check(tmp_path, Path("m.py"), Path("base.yaml"), Path("rec.yaml"), 1000, 3, 0.10, same)
     assert calls[0] == ("base.yaml", None)  # the reference run sets the target
     assert [c[0] for c in calls[1:]] == ["base.yaml", "rec.yaml", "rec.yaml", "base.yaml", "base.yaml", "rec.yaml"]
-    assert all(c[1] == 0.5 for c in calls[1:])
+    assert all(c[1] == pytest.approx(0.5 * 1.05) for c in calls[1:])  # the reference's loss plus the default 5% tolerance
     assert got["speedup"] == pytest.approx(speedup)
     assert (got["wrong_call"], got["verdict"]) == (wrong, verdict)
     if same:
         assert got["measured_speedup"] == pytest.approx(1.0)  # median of 2.0, 0.5, 1.0: what the A/A pairs measured
+
+
+def test_the_paired_checks_target_is_the_reference_loss_plus_the_tolerance(monkeypatch, tmp_path):
+    zoo = _zoo_bench()
+    calls = _fake_runs(zoo, monkeypatch, [2.0], [1.0])
+    got = zoo.paired_check(tmp_path, Path("m.py"), Path("base.yaml"), Path("rec.yaml"), 1000, 1, 0.10, False, tolerance=0.0)
+    assert got["target_loss"] == 0.5 and calls[1][1] == 0.5 and got["tolerance"] == 0.0
+    calls = _fake_runs(zoo, monkeypatch, [2.0], [1.0])
+    got = zoo.paired_check(tmp_path, Path("m.py"), Path("base.yaml"), Path("rec.yaml"), 1000, 1, 0.10, False, tolerance=0.2)
+    assert got["target_loss"] == pytest.approx(0.6) and calls[1][1] == pytest.approx(0.6)

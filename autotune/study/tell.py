@@ -228,13 +228,14 @@ def _goodput_attrs(study, attrs: dict[str, Any], measured: Mapping[str, Any], sp
 
 
 def _loss_target(study, curve, settings: StudySettings) -> float:
-    """The time-to-quality target: the baseline's smoothed final training loss (this trial is the
-    baseline, or the study's baseline predates the target and its stored curve is used)."""
+    """The time-to-quality target: the baseline's smoothed final training loss relaxed by the study's
+    loss tolerance (:func:`autotune.objective.loss_target`; this trial is the baseline, or the study's
+    baseline predates the target and its stored curve is used)."""
 
     info = study.user_attrs.get(BASELINE_ATTR)
     if info is not None and info.get("trial") is not None:
         curve = study.get_trials(deepcopy=False)[info["trial"]].user_attrs.get("loss_curve") or curve
-    return loss_target(curve, settings.samples)
+    return loss_target(curve, settings.samples, settings.loss_tolerance)
 
 
 #: Figures a duplicate trial takes from the trial that measured its config (see :func:`_tell_duplicate`).
