@@ -18,6 +18,7 @@ class OutageProxy:
         self.port = self._free_port()
         self._up = threading.Event()
         self._closed = False
+        self._ended = threading.Event()  # set by close(): an outage in progress ends at once
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -78,7 +79,7 @@ class OutageProxy:
                     pass
 
     def outage(self, seconds: float) -> None:
-        """Close every connection and refuse new ones for ``seconds``, then accept again."""
+        """Close every connection and refuse new ones for ``seconds`` (or until :meth:`close`), then accept again."""
         self._up.clear()
         self._listener.close()
         with self._lock:
@@ -89,11 +90,13 @@ class OutageProxy:
                 s.close()
             except OSError:
                 pass
-        time.sleep(seconds)
-        self._start_listening()
+        self._ended.wait(seconds)
+        if not self._closed:
+            self._start_listening()
 
     def close(self) -> None:
         self._closed = True
+        self._ended.set()
         self._up.clear()
         if self._listener is not None:
             self._listener.close()

@@ -322,9 +322,9 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
         cut.start()
         _out, err = search.communicate(timeout=300)
         took = time.monotonic() - start
-        cut.join()
     finally:
-        proxy.close()
+        proxy.close()  # ends an outage the search gave up on at once
+    cut.join()
     trials = optuna.load_study(study_name="outage", storage=fresh_database).trials
     if retry != "120":
         assert search.returncode == 1 and "Traceback" not in err, err[-3000:]

@@ -296,3 +296,17 @@ def test_an_interrupted_race_is_resumed_by_the_search_not_by_a_worker():
                                                         "pair_index": 0, "incumbent": 0})
     assert _resume(study, settings, "sqlite:///s.db", plan).startswith("autotune search ")
     assert _resume(study, settings, "sqlite:///s.db", None).startswith("autotune worker ")  # no search run to continue
+
+
+def test_a_candidate_of_other_math_already_slower_to_the_target_is_raced_after_the_others():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True, attrs={"time_to_target": 10.0, "target_reached": True})
+    slow = add(study, 900.0, 1.0, batch_size=64, attrs={"time_to_target": 30.0, "target_reached": False})  # fastest, slower to target
+    never = add(study, 800.0, 1.0, batch_size=128, attrs={"time_to_target": None, "target_reached": False})
+    same = add(study, 700.0, 1.0, num_workers=2, attrs={"time_to_target": 40.0, "target_reached": True})  # the baseline's math
+    quick = add(study, 600.0, 1.0, batch_size=32, attrs={"time_to_target": 4.0, "target_reached": True})
+    unknown = add(study, 500.0, 1.0, batch_size=256)  # no curve: not judged by it
+    settings = _settings(study)
+    assert [t.number for t in confirm_candidates(study, settings, 10)] == [same.number, quick.number, unknown.number, slow.number,
+                                                                           never.number]
+    assert [t.number for t in confirm_candidates(study, settings, 2)] == [slow.number, never.number]  # the 2 best, then ordered
