@@ -23,7 +23,8 @@ For each model, on this machine:
    baseline (the export with the baseline trial's knob values) trains for the confirmation budget
    (twice the search's samples per trial); its moving-average training loss at the end, plus
    ``--loss-tolerance`` of it (default 0.05, the search's own default: the quality the search counts
-   as the baseline's, :func:`autotune.objective.loss_target`), is the target. Then baseline and recommendation train to that target (at most 4x that budget),
+   as the baseline's, :func:`autotune.objective.loss_target`), is the target. Then baseline and
+   recommendation train to that target (at most 4x that budget),
    ``--repeats`` pairs (default 3), back to back, alternating which runs first, so that a
    drifting load hits both alike (a paired design, as irace's F-race compares candidates on the
    same instances). The
@@ -91,6 +92,8 @@ QUICK_MODELS = ("digits", "tabular_mlp")
 QUICK_TRIALS = 6
 #: autotune's default --samples: the confirmation budget is twice this when a study records none
 DEFAULT_SAMPLES = 8192
+#: autotune's default ``--loss-tolerance``: the standalone target's margin over the baseline's loss.
+DEFAULT_TOLERANCE = 0.05
 #: the knobs of a trial's ``config`` that a LightningCLI YAML sets
 _TRAINER_KEYS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
 
@@ -253,7 +256,15 @@ def _standalone(folder: Path, model: Path, config: Path, samples: int, target: f
 
 
 def paired_check(
-    folder: Path, model: Path, base: Path, rec: Path, samples: int, repeats: int, margin: float, same: bool, tolerance: float = 0.05
+    folder: Path,
+    model: Path,
+    base: Path,
+    rec: Path,
+    samples: int,
+    repeats: int,
+    margin: float,
+    same: bool,
+    tolerance: float = DEFAULT_TOLERANCE,
 ) -> dict:
     """Seconds to the baseline's loss, baseline vs recommendation, in ``repeats`` alternating pairs.
 
@@ -308,7 +319,7 @@ def paired_check(
 
 
 def bench_model(
-    folder: Path, name: str, trials: int | None, extra: list[str], repeats: int, margin: float, tolerance: float = 0.05
+    folder: Path, name: str, trials: int | None, extra: list[str], repeats: int, margin: float, tolerance: float = DEFAULT_TOLERANCE
 ) -> dict:
     """Search one zoo model and check its recommendation standalone; a failure is recorded, not raised."""
     model = ZOO[name]
@@ -395,7 +406,7 @@ def main() -> int:
     parser.add_argument(
         "--loss-tolerance",
         type=float,
-        default=0.05,
+        default=DEFAULT_TOLERANCE,
         help="the standalone target is the baseline's final loss plus this fraction (default 0.05, the search's)",
     )
     parser.add_argument("--hog", action="store_true", help="run beside a CPU hog pinned to one core")

@@ -15,7 +15,7 @@ from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.objective import TrialRecord, recommend
 from autotune.samplers import grid_space
-from autotune.study.races import confirmation_of
+from autotune.study.races import _same_math, confirmation_of
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -219,8 +219,6 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
 
 def _slower_to_target(trial, base) -> bool:
     """Whether ``trial`` changes ``base``'s math and its search run was slower to the loss target than ``base``'s."""
-    from autotune.study.races import _same_math
-
     theirs = base.user_attrs.get("time_to_target")
     if theirs is None or "target_reached" not in trial.user_attrs:
         return False  # no curve to judge by
