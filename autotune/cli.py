@@ -193,7 +193,7 @@ def _add_search_run(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--confirm-samples",
         type=_positive_int,
-        help="training samples per paired run (default: what fits 3 pairs of the best config in --confirm-share)",
+        help="training samples per paired run (default: what fits 5 pairs of the best config in --confirm-share)",
     )
     s.add_argument(
         "--confirm-share",

@@ -2,6 +2,7 @@
 
 import math
 import statistics
+import time
 
 import pytest
 
@@ -26,8 +27,47 @@ def test_drift_defeats_unpaired_medians_but_the_paired_rule_decides_a_win():
 
 
 def test_a_race_needs_the_minimum_pairs_before_a_win():
-    got = judge(_pairs([100, 100], [200, 200]), maximize=True, tolerance=0.05)
+    got = judge(_pairs([100], [200]), maximize=True, tolerance=0.05)
     assert got.outcome == "running" and not got.decided and got.ratio == pytest.approx(2.0)
+
+
+def test_two_pairs_win_only_a_large_consistent_speedup():
+    # demo BoringModel's pairs 0 and 1: batch 32 at 13.7x and 15.6x the baseline's batch 1 in samples/s
+    got = judge(_pairs([714, 642], [9748, 10045]), maximize=True, tolerance=0.05)
+    assert got.outcome == "win" and got.pairs == 2 and got.reason == "better in 2 of 2 pairs, 95% interval above 1.05x"
+    assert got.sign_p == 0.25 and 1.05 < got.low < got.ratio < got.high  # the reported interval stays the 90% one
+    # the smaller log-ratio under 0.85 of the larger: one large pair cannot decide two (1.5x and 1.4x: 0.83)
+    assert judge(_pairs([100, 100], [150, 140]), maximize=True, tolerance=0.05).outcome == "running"
+    assert judge(_pairs([100, 100], [150, 146]), maximize=True, tolerance=0.05).outcome == "win"  # 0.93
+    # better in one pair only: the sign test's rule, not the interval's
+    assert judge(_pairs([100, 100], [300, 95]), maximize=True, tolerance=0.05).outcome == "running"
+    # the loss is judged at two pairs too: a faster candidate that breaks the tolerance loses
+    assert judge(_pairs([100, 100], [900, 910], losses=(1.0, 1.2)), maximize=True, tolerance=0.05).outcome == "loss"
+
+
+def _false_wins(sigma: float, races: int = 2000) -> tuple[float, float]:
+    """Share of simulated races with no true speed-up (normal log-ratios of standard deviation ``sigma``) that a
+    candidate wins: ``(any win, a win at two pairs)``."""
+    import random
+
+    rng = random.Random(7)
+    wins = early = 0
+    for _ in range(races):
+        pairs = []
+        for _ in range(6):
+            pairs.append(Pair(100.0, 100.0 * math.exp(rng.gauss(0.0, sigma))))
+            got = judge(pairs, maximize=True, tolerance=0.05)
+            if got.decided:
+                wins += got.outcome == "win"
+                early += got.outcome == "win" and got.pairs == 2
+                break
+    return wins / races, early / races
+
+
+def test_a_config_no_faster_rarely_wins_and_the_two_pair_look_adds_little():
+    for sigma in (0.05, 0.15, 0.3):  # quiet to very noisy pairs (the 2-core machine's jitter: 0.06 to 0.25)
+        wins, early = _false_wins(sigma)
+        assert wins <= 0.08 and early <= 0.025, (sigma, wins, early)  # 0.025: the two-pair bound is one-sided 97.5%
 
 
 def test_a_tie_stops_once_the_sign_test_cannot_pass():
@@ -130,6 +170,29 @@ def test_fit_samples_puts_the_minimum_pairs_in_the_budget():
     assert fit_samples(60.0, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 1066
     assert fit_samples(6.0, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 64
     assert fit_samples(1e6, 3, [(2.0, 100.0), (2.0, 200.0)], floor=64, ceiling=4096) == 4096
+
+
+def test_the_budget_counts_the_runs_own_seconds_outside_the_queue():
+    from study.helpers import make_study  # tests/study/helpers.py
+
+    from autotune.study.racing import confirm_budget, outside_seconds
+
+    study = make_study()
+    study.set_user_attr(
+        "runs",
+        [
+            {"stage": "search", "wall_seconds": 300.0, "run_id": "earlier"},
+            {"stage": "search", "wall_seconds": 60.0, "run_id": "this"},
+            {"stage": "confirm", "wall_seconds": 30.0, "run_id": "this"},
+        ],
+    )
+    assert confirm_budget(study, 0.2) == (360.0, 30.0, pytest.approx(90.0))
+    # this run started 100 s ago and drained the queue for 90 s of them: 10 s of start-up, inspection and probes
+    outside = outside_seconds(study, "this", time.monotonic() - 100.0)
+    assert outside == pytest.approx(10.0, abs=1.0)
+    assert confirm_budget(study, 0.2, outside)[2] == pytest.approx(0.25 * (360.0 + outside))
+    assert outside_seconds(study, "this", None) == 0.0
+    assert outside_seconds(study, "other", time.monotonic() - 5.0) == pytest.approx(5.0, abs=1.0)  # no drain yet
 
 
 def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():

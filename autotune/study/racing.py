@@ -9,16 +9,19 @@ stored runs after every pair (:mod:`autotune.study.races`), so a resumed search 
 where it stopped and a decided race is never run again.
 
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
-run's wall time, i.e. ``share / (1 - share)`` (0.25) times the study's search seconds. No pair starts
-when the confirmation seconds so far plus the pair's expected seconds would pass it, except the first
-race's first :data:`autotune.paired.MIN_PAIRS` pairs (the training samples per run are chosen so
-that :data:`autotune.paired.PLANNED_PAIRS` pairs fit: :func:`autotune.paired.fit_samples`).
+run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: the study's search
+seconds and this run's own start-up, model inspection and memory probes. No pair starts when the
+confirmation seconds so far plus the pair's expected seconds would pass it, except the first race's
+first :data:`autotune.paired.MIN_PAIRS` (2) pairs, the fewest that can decide a race (the training
+samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
+:func:`autotune.paired.fit_samples`).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from typing import Any
 
 from autotune.jobs import SlotPools
@@ -30,24 +33,36 @@ from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
 from autotune.ui import UI
 
-__all__ = ["confirm_budget", "confirm_samples", "race_candidates", "run_seconds"]
+__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds"]
 
 
-def confirm_budget(study, share: float) -> tuple[float, float, float]:
+def confirm_budget(study, share: float, outside: float = 0.0) -> tuple[float, float, float]:
     """``(search seconds, confirmation seconds spent, confirmation seconds allowed)`` of a study.
 
     The seconds are the wall times of the study's stored runs (its ``runs`` attribute, one record per
-    drain of the queue): confirmation records (``stage`` ``confirm``) against all others. Allowed:
-    ``share / (1 - share)`` times the search's, so that confirmation is ``share`` of the total.
+    drain of the queue): confirmation records (``stage`` ``confirm``) against all others, plus
+    ``outside``. Allowed: ``share / (1 - share)`` times the search's, so that confirmation is ``share``
+    of the total.
 
     Args:
         study: The study.
         share: The fraction of the run's wall time confirmation may take, ``0 < share < 1``.
+        outside: This run's wall seconds outside its drains of the queue (start-up, model inspection,
+            memory probes; >= 0), counted with the search's: they are part of the run's wall time.
     """
     runs = study.user_attrs.get("runs") or []
-    search = sum(float(r.get("wall_seconds") or 0.0) for r in runs if r.get("stage") != "confirm")
+    search = outside + sum(float(r.get("wall_seconds") or 0.0) for r in runs if r.get("stage") != "confirm")
     spent = sum(float(r.get("wall_seconds") or 0.0) for r in runs if r.get("stage") == "confirm")
     return search, spent, share / (1.0 - share) * search
+
+
+def outside_seconds(study, run_id: str | None, started: float | None) -> float:
+    """This run's wall seconds outside its drains of the queue: since ``started`` (``time.monotonic()``
+    at the run's start; ``None``: 0) less its stored ``runs`` records (those of ``run_id``); >= 0."""
+    if started is None:
+        return 0.0
+    drained = sum(float(r.get("wall_seconds") or 0.0) for r in study.user_attrs.get("runs") or [] if r.get("run_id") == run_id)
+    return max(0.0, time.monotonic() - started - drained)
 
 
 def run_seconds(trial, settings: StudySettings, samples: int) -> tuple[float, float]:
@@ -63,13 +78,15 @@ def run_seconds(trial, settings: StudySettings, samples: int) -> tuple[float, fl
     return max(0.0, wall - _budget(trial.user_attrs, settings) / sps), sps
 
 
-def confirm_samples(study, settings: StudySettings, given: int | None, first: Any, base: Any, share: float) -> tuple[int, str]:
+def confirm_samples(
+    study, settings: StudySettings, given: int | None, first: Any, base: Any, share: float, outside: float = 0.0
+) -> tuple[int, str]:
     """Training samples per paired run, and the words that say where they come from.
 
     ``given`` (``--confirm-samples``) first; else the budget of the study's last paired run (a
     resumed confirmation continues its races); else what fits :data:`autotune.paired.PLANNED_PAIRS`
     (5) pairs of the best candidate ``first`` against the baseline ``base`` in the budget
-    (:func:`confirm_budget`), between the study's ``samples`` and twice that.
+    (:func:`confirm_budget`, with ``outside``), between the study's ``samples`` and twice that.
 
     Never fewer than ``samples``: a race judges the loss (and the time to the baseline's loss) too, and a
     shorter run asks another question than the search trial that found the candidate feasible: a larger
@@ -83,7 +100,7 @@ def confirm_samples(study, settings: StudySettings, given: int | None, first: An
     stored = [t.user_attrs["confirm_samples"] for t in study.get_trials(deepcopy=False) if "pair_of" in t.user_attrs]
     if stored:
         return int(stored[-1]), "the study's stored races"
-    _, spent, allowed = confirm_budget(study, share)
+    _, spent, allowed = confirm_budget(study, share, outside)
     runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     return samples, f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
@@ -102,6 +119,7 @@ def race_candidates(
     storage_url: str,
     run_id: str | None = None,
     plan: Any = None,
+    started: float | None = None,
 ) -> int:
     """Race the ``k`` best configs of the search against the incumbent (the module docstring).
 
@@ -114,6 +132,8 @@ def race_candidates(
         cold: Start runs as fresh processes instead of forking warm ones.
         storage_url: For the resume command.
         run_id, plan: The search run's id and :class:`autotune.study.plan._Plan`.
+        started: ``time.monotonic()`` at the run's start (its seconds outside the queue count toward the
+            budget: :func:`outside_seconds`), or ``None``.
 
     Returns:
         The paired runs this process ran.
@@ -132,19 +152,22 @@ def race_candidates(
     if not candidates:
         ui.info("confirmation: no feasible config other than the baseline to race; the baseline is recommended")
         return 0
-    samples, source = confirm_samples(study, settings, samples, candidates[0], base, share)
-    search_s, spent, allowed = confirm_budget(study, share)
+    outside = outside_seconds(study, run_id, started)
+    samples, source = confirm_samples(study, settings, samples, candidates[0], base, share, outside)
+    search_s, spent, allowed = confirm_budget(study, share, outside)
     ui.stage(
         f"confirming: racing {len(candidates)} config(s), best first, against the baseline in pairs of back-to-back runs "
         f"({MIN_PAIRS} to {cap} pairs each) of {samples} training samples ({source}); budget {allowed:.0f} s "
-        f"({share:.0%} of the run: {search_s:.0f} s searched, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
+        f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,
     )
     pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     ran, incumbent = 0, base
     try:
         for i, candidate in enumerate(candidates):
-            race, done = _run_race(study, settings, ui, incumbent, candidate, samples, cap, share, i == 0, pools, storage_url, run_id, plan)
+            race, done = _run_race(
+                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), i == 0, pools, storage_url, run_id, plan
+            )
             ran += done
             versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
             v = race.verdict
@@ -173,15 +196,16 @@ def _current(study, settings: StudySettings, incumbent: int, candidate: int, sam
     return Race(incumbent, candidate, samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
 
 
-def _run_race(study, settings, ui, incumbent, candidate, samples, cap, share, first, pools, storage_url, run_id, plan) -> tuple[Race, int]:
-    """Queue and run pairs of one race until it is decided or the budget stops it. Returns ``(race, runs this process ran)``."""
+def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, first, pools, storage_url, run_id, plan) -> tuple[Race, int]:
+    """Queue and run pairs of one race until it is decided or the budget (``(share, outside seconds)``)
+    stops it. Returns ``(race, runs this process ran)``."""
     ran, last = 0, None
     while True:
         race = _current(study, settings, incumbent.number, candidate.number, samples, cap)
         if race.verdict.decided:
             return race, ran
         if not race.pending and not race.missing:
-            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, share, first):
+            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, budget, first):
                 return race, ran
             wanted = [(race.next_index, runs_first(race.next_index))]
             wanted.append((race.next_index, "candidate" if wanted[0][1] == "incumbent" else "incumbent"))
@@ -218,12 +242,12 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, share, fi
         )
 
 
-def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, share: float, first: bool) -> bool:
-    """Whether the next pair of ``race`` would take confirmation past its budget (never before the
-    first race has its minimum pairs)."""
+def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float], first: bool) -> bool:
+    """Whether the next pair of ``race`` would take confirmation past its budget (``(share, outside
+    seconds)``, :func:`confirm_budget`; never before the first race has its minimum pairs)."""
     if first and len(race.pairs) < MIN_PAIRS:
         return False
-    _, spent, allowed = confirm_budget(study, share)
+    _, spent, allowed = confirm_budget(study, *budget)
     if race.pairs:
         every = study.get_trials(deepcopy=False)
         pair = [every[n] for n in race.pairs[-1].runs]

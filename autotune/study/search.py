@@ -95,6 +95,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         BaselineFailedError: The baseline trial failed.
         Interrupted: Ctrl-C; the running trial is stored as failed, finished trials are kept.
     """
+    started = time.monotonic()  # the run's wall time: confirmation's budget is a share of it
     check_search_options(opts)
     if opts.num_nodes is not None and opts.num_nodes > 1:
         _search_node(opts.num_nodes, opts.node_rank, opts.node_group)
@@ -171,6 +172,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
                 storage_url=storage_url,
                 run_id=run_id,
                 plan=plan,
+                started=started,
             )
         elif confirm:
             ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
