@@ -31,10 +31,17 @@ def write_pngs(figures: Mapping[str, Any], folder: Path) -> list[Path]:
         if isinstance(figure, str):
             continue
         path = folder / f"{name}.png"
-        try:
-            figure.write_image(str(path), width=1000, height=600)
-        except Exception as e:  # kaleido raises its own types when no browser is found
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UsageError(f"--png: kaleido could not render ({first}); install Chrome or Chromium, or set BROWSER_PATH to one") from None
+        for attempt in (1, 2):
+            try:
+                figure.write_image(str(path), width=1000, height=600)
+                break
+            except Exception as e:  # kaleido raises its own types when no browser is found
+                # on a busy machine kaleido 1.5 can evaluate its call before its page's script has loaded
+                # ("ReferenceError: kaleido_scopes is not defined"): a second try in a fresh browser renders it
+                if attempt == 2 or "is not defined" not in str(e):
+                    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    raise UsageError(
+                        f"--png: kaleido could not render ({first}); install Chrome or Chromium, or set BROWSER_PATH to one"
+                    ) from None
         written.append(path)
     return written

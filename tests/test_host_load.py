@@ -1,5 +1,6 @@
 """The host's load over a trial's window: /proc arithmetic on fixed snapshots, a real other process, the merge."""
 
+import json
 import os
 import subprocess
 import sys
@@ -83,32 +84,40 @@ def test_session_jiffies_adds_up_the_session_and_reads_names_with_parentheses(tm
     assert session_jiffies(7, str(tmp_path)) == 0
 
 
-def _busy_loop(seconds, cpu):
-    """A process in a session of its own that keeps ``cpu`` busy for ``seconds`` s."""
-    code = (
-        "import os, sys, time\n"
-        "os.sched_setaffinity(0, {int(sys.argv[2])})\n"
-        "end = time.monotonic() + float(sys.argv[1])\n"
-        "while time.monotonic() < end: pass\n"
-    )
-    return subprocess.Popen([sys.executable, "-c", code, str(seconds), str(cpu)], start_new_session=True)
+#: A busy loop on one CPU: ``python -c BUSY_LOOP SECONDS CPU`` (started in a session of its own).
+BUSY_LOOP = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {int(sys.argv[2])})\n"
+    "end = time.monotonic() + float(sys.argv[1])\n"
+    "while time.monotonic() < end: pass\n"
+)
 
 
 @pytest.mark.skipif(not LINUX, reason="reads /proc (Linux)")
 def test_a_busy_process_outside_the_session_is_other_work_and_the_session_own_work_is_not():
-    cpus = sorted(os.sched_getaffinity(0))
-    probe = HostLoadProbe()
-    hogs = [_busy_loop(30, cpu) for cpu in cpus]
-    try:
-        time.sleep(0.5)  # the loops have started
-        probe.start()
-        time.sleep(1.0)
-        probe.stop()  # before they end: a child this process waits for adds its time to this session's (cutime)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-    report = probe.report()
+    # The probe runs in a session of its own, as a trial process does: this test's session holds the whole
+    # test run, whose other processes (another xdist worker waiting for a trial process) would add a
+    # child's minutes of CPU time to "own" inside the window.
+    code = (
+        "import json, os, subprocess, sys, time\n"
+        "from autotune.host_load import HostLoadProbe\n"
+        "probe = HostLoadProbe()\n"
+        "hogs = [subprocess.Popen([sys.executable, '-c', sys.argv[1], '30', str(cpu)], start_new_session=True)\n"
+        "        for cpu in sorted(os.sched_getaffinity(0))]\n"
+        "try:\n"
+        "    time.sleep(0.5)  # the loops have started\n"
+        "    probe.start()\n"
+        "    time.sleep(1.0)\n"
+        "    probe.stop()  # before they end: a child this process waits for adds its time to its session's (cutime)\n"
+        "finally:\n"
+        "    for hog in hogs:\n"
+        "        hog.kill()\n"
+        "        hog.wait()\n"
+        "print(json.dumps(probe.report()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, BUSY_LOOP], capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
     assert set(report) == set(HOST_LOAD_KEYS)
     # each hog kept one usable CPU busy for most of the window (shared with whatever else runs here)
     assert report["other_cpu_fraction"] >= 0.5, report

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import MODELS, run_cli, served_dashboard
@@ -128,6 +129,33 @@ def test_report_bad_paths_are_one_line_errors(made_study, tmp_path):
 
 def _chromium():
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_a_png_whose_page_script_had_not_loaded_is_rendered_again_and_other_errors_are_one_line(tmp_path):
+    pytest.importorskip("kaleido")
+    from autotune.errors import UsageError
+    from autotune.report_png import write_pngs
+
+    class Figure:  # a plotly figure's write_image, failing as kaleido does
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), 0
+
+        def write_image(self, path, width, height):
+            self.calls += 1
+            if self.errors:
+                raise RuntimeError(self.errors.pop(0))
+            Path(path).write_bytes(b"\x89PNG\r\n\x1a\n")
+
+    flaky = Figure(["{'description': 'ReferenceError: kaleido_scopes is not defined'}"])
+    assert write_pngs({"history": flaky, "skipped": "no data yet"}, tmp_path) == [tmp_path / "history.png"] and flaky.calls == 2
+    missing = Figure(["BrowserFailedError: no Chrome found"])
+    with pytest.raises(UsageError, match=r"kaleido could not render \(BrowserFailedError: no Chrome found\)"):
+        write_pngs({"pareto": missing}, tmp_path)
+    assert missing.calls == 1  # not retried: a missing browser stays missing
+    twice = Figure(["kaleido_scopes is not defined"] * 2)
+    with pytest.raises(UsageError, match="is not defined"):
+        write_pngs({"pareto": twice}, tmp_path)
+    assert twice.calls == 2
 
 
 @pytest.mark.skipif(not _chromium(), reason="--png needs Chrome or Chromium (the CI installs Debian's chromium)")
