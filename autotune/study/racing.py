@@ -4,9 +4,9 @@ The candidates are the ``--confirm`` best distinct feasible configs of the searc
 (:func:`autotune.study.records.confirm_candidates`); the incumbent is the baseline until a candidate
 wins (:mod:`autotune.paired` decides). A pair's two runs are queued together, in the order
 :func:`autotune.paired.runs_first` gives, and run one at a time in this process (whatever ``--jobs``)
-from one warm process pool kept for the whole confirmation; the verdict is read again from the
-stored runs after every pair (:mod:`autotune.study.races`), so a resumed search continues each race
-where it stopped and a decided race is never run again.
+from one warm process (the search run's own, kept for the whole confirmation); the verdict is read
+again from the stored runs after every pair (:mod:`autotune.study.races`), so a resumed search
+continues each race where it stopped and a decided race is never run again.
 
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
 run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: the study's search
@@ -120,6 +120,7 @@ def race_candidates(
     run_id: str | None = None,
     plan: Any = None,
     started: float | None = None,
+    pools: SlotPools | None = None,
 ) -> int:
     """Race the ``k`` best configs of the search against the incumbent (the module docstring).
 
@@ -134,6 +135,8 @@ def race_candidates(
         run_id, plan: The search run's id and :class:`autotune.study.plan._Plan`.
         started: ``time.monotonic()`` at the run's start (its seconds outside the queue count toward the
             budget: :func:`outside_seconds`), or ``None``.
+        pools: The search run's warm processes, to fork the paired runs from (the caller closes them);
+            ``None``: a set of this call's own.
 
     Returns:
         The paired runs this process ran.
@@ -161,7 +164,9 @@ def race_candidates(
         f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,
     )
-    pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
+    own = pools is None
+    if pools is None:
+        pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     ran, incumbent = 0, base
     try:
         for i, candidate in enumerate(candidates):
@@ -181,8 +186,9 @@ def race_candidates(
                 ui.info(f"confirmation budget spent ({allowed:.0f} s, {share:.0%} of the run): the remaining candidates are not raced")
                 break
     finally:
-        pools.close()
-        shutil.rmtree(pools.log_dir, ignore_errors=True)
+        if own:
+            pools.close()
+            shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
 
 

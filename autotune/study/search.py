@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -19,7 +21,7 @@ from autotune.config import TrialConfig
 from autotune.errors import Interrupted, StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
-from autotune.jobs import machine_slots, prestart
+from autotune.jobs import SlotPools, machine_slots, prestart
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
@@ -154,11 +156,14 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     plan.flags = run_flags(opts)
     plan.confirm_left = confirm if leader is None else 0
     plan.start()
+    # one warm trial process per slot for the whole run: the search's rounds and the confirmation after
+    # them fork from it (a confirmation of its own paid a second start-up, ~4 s, out of its budget)
+    pools = SlotPools(settings.model_file, opts.cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
     try:
         if stopped:
-            ran = _continue(study, settings, opts, leader, storage_url, run_id, ui, stopped, plan)
+            ran = _continue(study, settings, opts, leader, storage_url, run_id, ui, stopped, plan, pools)
         else:
-            ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add, plan) if add else 0
+            ran = _search(study, settings, opts, seeds, leader, storage_url, run_id, ui, search, add, plan, pools) if add else 0
         if confirm and leader is None:
             ran += race_candidates(
                 study,
@@ -173,6 +178,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
                 run_id=run_id,
                 plan=plan,
                 started=started,
+                pools=pools,
             )
         elif confirm:
             ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
@@ -182,6 +188,9 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     except BaseException:
         plan.end("failed")  # a failed baseline, a lost database: this run adds nothing more (workers stop)
         raise
+    finally:
+        pools.close()
+        shutil.rmtree(pools.log_dir, ignore_errors=True)
     plan.end("done")
     recommended, baseline = recommendation(study, settings)
     export_path = None
@@ -302,20 +311,24 @@ def _search(
     search: str,
     add: int,
     plan: _Plan,
+    pools: Any,
 ) -> int:
     """Run this search's ``add`` trials (:func:`_trials_this_run`), ``staged`` or ``flat``, recording
-    in ``plan`` what it has still to add. Returns the trials this process ran."""
-    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan)
+    in ``plan`` what it has still to add, from the run's warm processes ``pools``. Returns the trials
+    this process ran."""
+    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan, pools)
     if search == "staged":
         left = configs_left(study, settings.space)
         full_room = None if left is None else left[0] - left[1]
-        return _staged_search(study, settings, ui, drain, add, seeds, cold=opts.cold, full_room=full_room, plan=plan)
+        return _staged_search(study, settings, ui, drain, add, seeds, full_room=full_room, plan=plan)
     plan.hold(seeds, add)
     return drain(add=add, seeds=seeds)
 
 
-def _drain(study, settings: StudySettings, opts: SearchOptions, leader: Any, storage_url: str, run_id: str, ui: UI, plan: _Plan):
-    """:func:`drain_queue` with this search run's arguments (``add``, ``seeds`` and ``pools`` left to give)."""
+def _drain(
+    study, settings: StudySettings, opts: SearchOptions, leader: Any, storage_url: str, run_id: str, ui: UI, plan: _Plan, pools: Any
+):
+    """:func:`drain_queue` with this search run's arguments and warm processes (``add`` and ``seeds`` left to give)."""
     return functools.partial(
         drain_queue,
         study,
@@ -328,6 +341,7 @@ def _drain(study, settings: StudySettings, opts: SearchOptions, leader: Any, sto
         pruner=(opts.pruner or _env_pruner(), opts.pruner_startup),
         run_id=run_id,
         plan=plan,
+        pools=pools,
     )
 
 
@@ -346,13 +360,14 @@ def _continue(
     ui: UI,
     stopped: Sequence[dict[str, Any]],
     plan: _Plan,
+    pools: Any,
 ) -> int:
     """Finish the search runs in ``stopped`` (:func:`autotune.study.plan.stopped_runs`), each in its own
     search mode: its queued trials and held-back ones first (a staged run: the rest of stage 1), then
     its stage-2 runs. This run adds no trials of its own. Returns the trials this process ran."""
     for old in stopped:
         _take_over(study, old, run_id)
-    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan)
+    drain = _drain(study, settings, opts, leader, storage_url, run_id, ui, plan, pools)
     ran = 0
     for old in stopped:
         plan.search, plan.trials = str(old.get("search", "flat")), int(old.get("trials") or opts.trials)
@@ -361,7 +376,7 @@ def _continue(
         plan.full = full
         plan.hold(seeds, held)
         if plan.search == "staged":
-            ran += _stages(study, settings, ui, drain, held, seeds, full, opts.cold, plan)
+            ran += _stages(study, settings, ui, drain, held, seeds, full, plan)
         else:
             ran += drain(add=held, seeds=seeds)
     return ran

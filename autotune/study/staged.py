@@ -7,15 +7,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError
-from autotune.jobs import SlotPools
 from autotune.knobs import with_knobs
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
@@ -437,7 +434,6 @@ def _staged_search(
     drain: Callable[..., int],
     add: int,
     seeds: list,
-    cold: bool = False,
     full_room: int | None = None,
     plan: Any = None,
 ) -> int:
@@ -448,8 +444,8 @@ def _staged_search(
     :data:`STAGE2_CONFIGS` (see :func:`stage2_round`), first at the baseline's accumulation and the lr
     rule's lr, then with the sampler choosing those; when no system config can beat the best feasible
     trial, the rest sample every knob. Trials
-    are marked ``stage`` (``system`` or ``full``); short runs are never recommended. One set of warm
-    processes serves every round. ``full_room`` (a discrete space): the configs no trial has run at
+    are marked ``stage`` (``system`` or ``full``); short runs are never recommended. ``drain`` carries the
+    run's warm processes, which serve every round (and the confirmation after it). ``full_room`` (a discrete space): the configs no trial has run at
     full budget yet, which bounds the full-budget runs (the baseline's and ``--enqueue``'s included);
     the runs above it screen more system configs instead, or are not added. ``plan`` (a
     :class:`autotune.study.plan._Plan`) records what the run has still to add. Returns the trials this
@@ -487,12 +483,10 @@ def _staged_search(
     )
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
-    return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, cold, plan)
+    return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, plan)
 
 
-def _stages(
-    study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, full: int, cold: bool, plan: Any = None
-) -> int:
+def _stages(study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, full: int, plan: Any = None) -> int:
     """Run a staged search's plan: queue and drain ``add`` trials (``seeds`` first: the baseline's turn,
     ``--enqueue``'s, stage 1's), then ``full`` stage-2 runs round by round (:func:`stage2_round`). A
     continued run (:mod:`autotune.study.plan`) starts here with what it had left. ``plan`` (a
@@ -505,30 +499,22 @@ def _stages(
         if key in _convergence(resolved)
     }
     context, _ = math_context(settings)
-    pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
-    try:
-        ran = drain(add=add, seeds=seeds, pools=pools)
-        left = full
-        while left > 0:
-            batch = stage2_round(study.get_trials(deepcopy=False), fixed, context=context)[:left]
-            if not batch:
-                ui.info(
-                    f"staged search: no system config left that could beat the best feasible trial; "
-                    f"the last {left} trial(s) sample every knob"
-                )
-                _hold(plan, [], left, 0)
-                ran += drain(add=left, pools=pools)
-                break
-            kind = "math-preserving, at the baseline's effective batch and lr" if batch[0][1].get("math") == PRESERVING else "math-changing"
+    ran = drain(add=add, seeds=seeds)
+    left = full
+    while left > 0:
+        batch = stage2_round(study.get_trials(deepcopy=False), fixed, context=context)[:left]
+        if not batch:
             ui.info(
-                f"staged search, stage 2 ({kind}): " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch)
+                f"staged search: no system config left that could beat the best feasible trial; the last {left} trial(s) sample every knob"
             )
-            _hold(plan, batch, len(batch), left - len(batch))
-            ran += drain(add=len(batch), seeds=batch, pools=pools)
-            left -= len(batch)
-    finally:
-        pools.close()
-        shutil.rmtree(pools.log_dir, ignore_errors=True)
+            _hold(plan, [], left, 0)
+            ran += drain(add=left)
+            break
+        kind = "math-preserving, at the baseline's effective batch and lr" if batch[0][1].get("math") == PRESERVING else "math-changing"
+        ui.info(f"staged search, stage 2 ({kind}): " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+        _hold(plan, batch, len(batch), left - len(batch))
+        ran += drain(add=len(batch), seeds=batch)
+        left -= len(batch)
     return ran
 
 
