@@ -220,3 +220,27 @@ def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 4000.0}])
     assert confirm_samples(study, settings, None, first, base, 0.2)[0] == 1600
     assert confirm_samples(study, settings, 777, first, base, 0.2) == (777, "--confirm-samples")
+
+
+def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():
+    from autotune.study.races import TIMED, judge_race
+
+    def race(sps, reach, quality=True):
+        pairs = [Pair(i, c, 0.23, 0.16, (-1, -1), ri, rc) for (i, c), (ri, rc) in zip(sps, reach)]
+        return judge_race(pairs, True, 0.05, "min", failed=0, max_pairs=6, quality=quality)
+
+    # the quiet zoo's bn_cnn: batch 128 in bf16 at 4.5x the lr, 1.10x and 1.18x the samples/s (undecided at two
+    # pairs) but 1.29x and 1.38x sooner at the baseline's training loss: what a user's training gains
+    sps = [(4295, 4724), (3972, 4703)]
+    reach = [(1.67, 1.29), (1.80, 1.30)]
+    assert race(sps, reach, quality=False).outcome == "running"  # on samples/s, as a config of the same math is
+    got = race(sps, reach)
+    assert got.outcome == "win" and got.ratio == pytest.approx(math.sqrt(1.67 / 1.29 * 1.80 / 1.30)) and TIMED in got.reason
+    # the quiet zoo's charlm: 1.13x the samples/s in 3 of 3 pairs, but 27-30 s to the baseline's loss against 10-11 s
+    got = race([(100, 113), (100, 112), (100, 114)], [(10.5, 28.0), (11.0, 30.0), (10.2, 27.0)])
+    assert got.outcome == "slower" and got.ratio < 0.5 and TIMED in got.reason
+    # a run with no time to the target (no loss curve, or never reached): samples/s, with the veto of the median pair
+    never = race([(100, 150), (100, 152), (100, 149)], [(10.0, math.inf), (10.0, math.inf), (10.0, math.inf)])
+    assert never.outcome == "loss" and TIMED not in never.reason and "slower to the baseline's training loss" in never.reason
+    unknown = race([(100, 150), (100, 152), (100, 149)], [(math.nan, math.nan)] * 3)
+    assert unknown.outcome == "win" and unknown.ratio == pytest.approx(1.503, rel=0.01)

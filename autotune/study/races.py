@@ -17,14 +17,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.objective import directions
 from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge
 from autotune.study.settings import StudySettings
 
-__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "confirmation_of", "objective_value", "races_of"]
+__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "confirmation_of", "judge_race", "objective_value", "races_of"]
 
 #: User attributes of a paired run besides ``confirm_of`` and ``confirm_samples`` (kept on a retry).
 PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap")
@@ -178,12 +178,41 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
         from autotune.study.math_class import SANITY_FACTOR, SANITY_FLOOR
 
         tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
-    # a candidate of other math is also held to the seconds to the baseline's loss (not the pareto trade-off)
+    # a candidate of other math is judged on the seconds to the baseline's loss (not the pareto trade-off)
     quality = not same_math and settings.objective in ("throughput", "goodput")
-    verdict = judge(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3), quality=quality)
+    verdict = judge_race(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3), quality=quality)
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)
+
+
+#: What a timed race's reason adds (:func:`judge_race`).
+TIMED = "in seconds to the baseline's training loss: the candidate changes the training math"
+
+
+def judge_race(
+    pairs: Sequence[Pair], maximize: bool, tolerance: float, mode: str, *, failed: int, max_pairs: int, quality: bool
+) -> Verdict:
+    """:func:`autotune.paired.judge` of a race, on the right figure.
+
+    A candidate that keeps the incumbent's math (``quality`` False) is judged on the objective value
+    (samples/s): the same samples train the same steps, so more samples/s is less time to any loss. A
+    candidate of other math (another effective batch, lr or constructor arguments; ``quality``) under
+    ``throughput`` or ``goodput`` is judged on the seconds each run took to the study's loss target
+    (the baseline's training loss plus the tolerance, from the run's loss curve, as MLPerf's
+    time-to-train counts them) whenever every pair knows both: more samples/s that need more samples
+    to reach the same loss are not a speed-up, and fewer samples/s that reach it in fewer steps are
+    one (the issue's rule: the math-changing knobs are judged on time-to-quality). Its ratio is then
+    how many times sooner it reached the baseline's loss, and the reason says so. Without those times
+    (a run with no loss curve) it falls back to the objective value with ``quality``'s veto (slower to
+    the target in the median pair: a loss).
+    """
+    timed = quality and bool(pairs) and all(math.isfinite(p.incumbent_reach) and math.isfinite(p.candidate_reach) for p in pairs)
+    if not timed:
+        return judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality)
+    by_time = [replace(p, incumbent=p.incumbent_reach, candidate=p.candidate_reach) for p in pairs]
+    verdict = judge(by_time, False, tolerance, mode, failed=failed, max_pairs=max_pairs)
+    return replace(verdict, reason=f"{verdict.reason} ({TIMED})") if verdict.reason else verdict
 
 
 def _reach(trial: Any) -> float:
