@@ -145,7 +145,9 @@ def test_a_candidate_of_other_math_slower_to_the_baseline_s_loss_in_its_pairs_is
          reach=([10.0, 11.0, 10.5], [27.0, 29.0, 30.0]))
     confirmed = confirmation(study, _settings(study))
     (only,) = confirmed.races
-    assert only.verdict.outcome == "loss" and "slower to the baseline's training loss" in only.verdict.reason
+    # judged on its seconds to the baseline's loss (27-30 s against 10-11 s), not its 1.3x samples/s
+    assert only.verdict.outcome == "slower" and "in seconds to the baseline's training loss" in only.verdict.reason
+    assert only.verdict.ratio < 0.4
     assert confirmed.chosen == 0 and recommendation(study, _settings(study))[0].number != bigger.number
     # the same figures for a config of the same math (another loader worker count): samples/s decide, and it wins
     study = make_study()
