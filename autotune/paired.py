@@ -260,10 +260,8 @@ def judge(
     if quality and len(known) == n and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0:
         mine, theirs = statistics.median(p.candidate_reach for p in known), statistics.median(p.incumbent_reach for p in known)
         return verdict("loss", f"slower to the baseline's training loss: median {mine:.3g} s against the incumbent's {theirs:.3g} s")
-    if mean - half > threshold and sign_p <= SIGN_ALPHA:
+    if mean - half > threshold and (sign_p <= SIGN_ALPHA or better == n == 2):  # 2 of 2: the t bound alone
         return verdict("win", f"better in {better} of {n} pairs, interval above {1 + min_effect:.2f}x")
-    if n == 2 and better == 2 and mean - half > threshold:
-        return verdict("win", f"better in 2 of 2 pairs, interval above {1 + min_effect:.2f}x")
     if mean + half < threshold:
         return cannot_win(f"interval below the minimum effect {1 + min_effect:.2f}x")
     if n >= max_pairs:
