@@ -39,14 +39,18 @@ class CliClass:
         name: The class name.
         subcommands: Whether the script runs it with subcommands (``run=True``, the default:
             ``python train.py fit --config ...``) or with ``run=False`` (no subcommand).
+        model: The name of the LightningModule class the script hands its CLI (``CLI(Model, ...)``
+            or ``model_class=Model``), when it hands one by name and not in ``subclass_mode_model``
+            (then the config cannot pick another class); else ``None``.
     """
 
     file: str
     name: str
     subcommands: bool = True
+    model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "name": self.name, "subcommands": self.subcommands}
+        return {"file": self.file, "name": self.name, "subcommands": self.subcommands, "model": self.model}
 
 
 @dataclass
@@ -86,6 +90,20 @@ def _run_false(tree: ast.Module, name: str) -> bool:
                 if kw.arg == "run" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
                     return True
     return False
+
+
+def _model_argument(tree: ast.Module, name: str) -> str | None:
+    """The class name the file's call ``name(Model, ...)`` (or ``model_class=Model``) passes, unless
+    the call sets ``subclass_mode_model=True``; ``None`` when there is no such call or no plain name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+            keywords = {kw.arg: kw.value for kw in node.keywords}
+            mode = keywords.get("subclass_mode_model")
+            if isinstance(mode, ast.Constant) and mode.value is True:
+                return None
+            arg = node.args[0] if node.args else keywords.get("model_class")
+            return arg.id if isinstance(arg, ast.Name) else None
+    return None
 
 
 def _imports(tree: ast.Module, module: str) -> bool:
@@ -132,9 +150,9 @@ def find_cli_class(model_file: str | Path) -> CliClass | None:
             continue
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and _subclasses_cli(node) and not _called_on_import(tree, node.name):
-                return CliClass(str(path), node.name, subcommands=not _run_false(tree, node.name))
+                return CliClass(str(path), node.name, not _run_false(tree, node.name), _model_argument(tree, node.name))
         if plain is None and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) in _CLI_BASES for n in ast.walk(tree)):
-            plain = CliClass(str(path), "LightningCLI", subcommands=not _run_false(tree, "LightningCLI"))
+            plain = CliClass(str(path), "LightningCLI", not _run_false(tree, "LightningCLI"), _model_argument(tree, "LightningCLI"))
     return plain
 
 

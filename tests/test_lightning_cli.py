@@ -180,3 +180,18 @@ def test_a_typo_inside_class_path_init_args_names_the_class_and_the_reason(tmp_p
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "Problem with given class_path 'model.Classifier" in line and reason in line, line
+
+
+def test_the_export_run_line_warns_when_the_script_hands_its_cli_another_model_class(tmp_path):
+    from autotune.study.publish import run_hint
+
+    linked = _project(tmp_path, "cli_linked")
+    found = find_cli_class(linked / "model.py")
+    assert found.model == "LinkedModel"
+    cli, out = found.to_dict(), tmp_path / "best.yaml"
+    assert "warning" not in run_hint(cli, out, "LinkedModel")
+    line = run_hint(cli, out, "OtherModel")
+    assert line.startswith("python ") and f"train.py fit --config {out} (warning: train.py hands" in line
+    assert "hands LinkedCLI the class LinkedModel, not the searched OtherModel" in line
+    # a script in subclass mode lets the config pick the class: nothing to warn about
+    assert find_cli_class(_project(tmp_path, "cli_project") / "model.py").model is None

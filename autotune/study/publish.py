@@ -47,14 +47,25 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def run_hint(cli: Mapping[str, Any] | None, out: Path) -> str:
+def run_hint(cli: Mapping[str, Any] | None, out: Path, model_class: str | None = None) -> str:
     """The command that trains with the export: the user's LightningCLI script when autotune found
-    it (``fit`` only when the script runs the CLI with subcommands), else a placeholder script name."""
+    it (``fit`` only when the script runs the CLI with subcommands), else a placeholder script name.
+
+    When the script hands its CLI another LightningModule class than the searched ``model_class``
+    (``--model``), the line says so: that command would train the script's class, not the one measured.
+    """
     if not cli:
         return f"python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}"
     script = os.path.relpath(cli["file"])
     script = cli["file"] if script.startswith("..") else script
-    return f"python {script}{' fit' if cli.get('subcommands', True) else ''} --config {out}"
+    line = f"python {script}{' fit' if cli.get('subcommands', True) else ''} --config {out}"
+    theirs = cli.get("model")
+    if theirs and model_class and theirs != model_class:
+        line += (
+            f" (warning: {Path(script).name} hands {cli['name']} the class {theirs}, not the searched {model_class}: "
+            f"as written it trains {theirs}; pass {model_class} there, or subclass_mode_model=True with model.class_path)"
+        )
+    return line
 
 
 def export_study(study, settings: StudySettings, trial, baseline, out: Path, storage_url: str, trials: list | None = None) -> Path:
@@ -97,7 +108,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
         f"versions: {_versions()}",
         training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
-        f"run: {run_hint(settings.cli, out)}",
+        f"run: {run_hint(settings.cli, out, settings.model_class)}",
         "",
     ]
     check_out_path(out)

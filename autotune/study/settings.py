@@ -298,6 +298,12 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     )
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
+    theirs = (report.get("cli") or {}).get("model")
+    if theirs and theirs != report["model_class"]:
+        ui.warn(
+            f"{Path(report['cli']['file']).name} hands {report['cli']['name']} the class {theirs}, but the search trains "
+            f"{report['model_class']}: the export's run line through that script would train {theirs}"
+        )
     rebuilt = [knob for knob, t in report["targets"].items() if t["how"] == "loader"]
     if rebuilt:
         ui.info(
