@@ -65,6 +65,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     baseline = _baseline(spec, built, model_cls, data_cls, targets, loader, unreachable)
     model_info = _model_info(model_cls, data_cls, model, user_config, loader)
     model_info["unreachable"] = unreachable
+    model_info["links"] = built.links
     # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
     # the model's configure_optimizers returns when it runs without a Trainer, else None
     named = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None

@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
 
-__all__ = ["Built", "CliClass", "build", "build_spec", "cli_overrides", "find_cli_class", "load_cli_class", "load_spec", "set_dotted"]
+__all__ = ["Built", "CliClass", "build", "build_spec", "cli_overrides", "find_cli_class", "load_cli_class", "load_spec", "parser_links", "set_dotted"]
 
 #: Names the user's code may import LightningCLI under.
 _CLI_BASES = {"LightningCLI"}
@@ -65,6 +65,8 @@ class Built:
             values, the CLI's defaults, Lightning's), instantiated (callbacks are objects).
         callbacks: The user's callbacks (``trainer.callbacks`` and the CLI's callback arguments).
         config: The parsed config as plain data (``parser.dump``), links applied.
+        links: Each ``link_arguments`` target of the user's CLI (dotted path, ``"model.batch_size"``)
+            to its source(s) (``"data.batch_size"``): the parser refuses a value given for a target.
     """
 
     model: Any
@@ -72,6 +74,22 @@ class Built:
     trainer: dict[str, Any] = field(default_factory=dict)
     callbacks: list[Any] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+
+
+def parser_links(parser: Any) -> dict[str, str]:
+    """The ``link_arguments`` of a jsonargparse parser: target path to its source paths (``", "``-joined).
+
+    jsonargparse keeps them as ``ActionLink`` objects in the parser's "Linked arguments" group (the
+    group ``--help`` prints); both kinds are read, applied on parse and on instantiation.
+    """
+    group = getattr(parser, "_links_group", None)
+    links: dict[str, str] = {}
+    for action in getattr(group, "_group_actions", []):
+        target, sources = getattr(action, "_target", None), getattr(action, "_source", ())
+        if isinstance(target, str):
+            links[target] = ", ".join(str(s) for s in sources)
+    return links
 
 
 def _subclasses_cli(node: ast.ClassDef) -> bool:
@@ -293,7 +311,7 @@ def build(
     for extra in cli.autotune_callbacks:
         callbacks += extra if isinstance(extra, list) else [extra] if extra is not None else []
     dumped = cli.parser.dump(cli.config, skip_none=False, format="json")
-    return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped))
+    return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped), parser_links(cli.parser))
 
 
 def load_spec(spec: Mapping[str, Any]):

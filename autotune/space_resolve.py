@@ -57,7 +57,8 @@ def resolve_space(
             ``float32_matmul_precision``, ``automatic_optimization`` (``False``: manual optimization,
             for which ``accumulate_grad_batches`` is dropped with a note, even from an explicit space),
             ``unreachable`` (``batch_size``/``num_workers`` to why not even a rebuilt training
-            DataLoader takes it: dropped with that reason, even from an explicit space).
+            DataLoader takes it: dropped with that reason, even from an explicit space), ``links``
+            (``link_arguments`` target path to its source: a target is refused as a knob).
 
     Returns:
         ``(resolved, notes)``: knob name to ``{"choices": [...]}`` or
@@ -264,6 +265,15 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
     owner = "LightningModule" if section == "model" else "LightningDataModule"
     if signature is None:
         raise SpaceError(f"{source}: {name}: the model file has no {owner}; remove {name} from the space")
+    source_of_link = (info.get("links") or {}).get(name)
+    if source_of_link is not None:
+        linked = user_arg(source_of_link)
+        own = ((info.get("knob_args") or {}).get(linked[0]) or {}).get(linked[1]) if linked else None
+        instead = f"{own}: (autotune's knob, which sets {source_of_link})" if own else source_of_link
+        raise SpaceError(
+            f"{source}: {name} is set by your LightningCLI's link_arguments from {source_of_link} (LightningCLI refuses a "
+            f"value for a link target); search {instead} in the space instead"
+        )
     knob = ((info.get("knob_args") or {}).get(section) or {}).get(arg)
     if knob is not None:
         raise SpaceError(

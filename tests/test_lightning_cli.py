@@ -195,3 +195,16 @@ def test_the_export_run_line_warns_when_the_script_hands_its_cli_another_model_c
     assert "hands LinkedCLI the class LinkedModel, not the searched OtherModel" in line
     # a script in subclass mode lets the config pick the class: nothing to warn about
     assert find_cli_class(_project(tmp_path, "cli_project") / "model.py").model is None
+
+
+def test_a_link_target_in_the_space_is_refused_before_any_trial_naming_its_source(tmp_path, cli):
+    """A new user's report: ``model.batch_size`` (set by the CLI's link from ``data.batch_size``) was
+    accepted, then the baseline failed with LightningCLI's "must be given via" and "fix --config"."""
+    linked = _project(tmp_path, "cli_linked")
+    (linked / "space.yaml").write_text("model.batch_size: [16, 64]\n")
+    r = cli("search", "model.py", "--space", "space.yaml", "--trials", 1, "--samples", 256, cwd=linked)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "model.batch_size is set by your LightningCLI's link_arguments from data.batch_size" in line, line
+    assert "search batch_size:" in line and "created study" not in r.stdout
+    assert not (linked / "studies").exists()  # refused before a study was created
