@@ -188,7 +188,7 @@ def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
         module: The LightningModule.
 
     Returns:
-        The DataLoader's ``pin_memory`` and ``prefetch_factor``, the float32 matmul precision,
+        The DataLoader's ``pin_memory``, ``prefetch_factor`` and ``persistent_workers``, the float32 matmul precision,
         whether the module is compiled (Lightning's ``_compiler_ctx``) and in channels-last format (its
         first 4-D parameter whose two layouts differ), and its parameter count (changed by searched
         constructor arguments).
@@ -200,6 +200,7 @@ def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
     return {
         "pin_memory": getattr(loader, "pin_memory", None),
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "persistent_workers": getattr(loader, "persistent_workers", None),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "compiled": getattr(module, "_compiler_ctx", None) is not None,
         "channels_last": bool(weights) and weights[0].is_contiguous(memory_format=torch.channels_last) and not weights[0].is_contiguous(),

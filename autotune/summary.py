@@ -194,7 +194,7 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     # the user's DataLoader as inspected, overridden by what the trial's ranks really trained with
     loader = dict((settings.model_info or {}).get("loader") or {})
     applied = trial.user_attrs.get("applied") or {}
-    loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor") if applied.get(k) is not None})
+    loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if applied.get(k) is not None})
     config = trial.user_attrs.get("config", {})
     wider, sps = _wider_workers(trial, config, trials)
     return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, wider, sps)

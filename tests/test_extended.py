@@ -196,6 +196,9 @@ def test_channels_last_converts_the_module_and_its_4d_inputs():
     x, y = net.on_after_batch_transfer((torch.randn(2, 3, 5, 5), torch.ones(2)), 0)
     assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() and y.dim() == 1
     assert applied_knobs(None, net)["channels_last"] and not applied_knobs(None, Net())["channels_last"]
+    loader = torch.utils.data.DataLoader(range(8), batch_size=2, num_workers=1, persistent_workers=True, prefetch_factor=3)
+    assert {k: applied_knobs(loader, net)[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers")} == {
+        "pin_memory": False, "prefetch_factor": 3, "persistent_workers": True}
 
 
 def test_a_compiled_trial_trains_and_says_so(tmp_path, cli):

@@ -221,6 +221,10 @@ def test_input_bound_line_reads_the_inspected_loader_and_what_the_trial_applied(
     # a study made before the loader's persistent_workers was inspected: still suggested
     settings.model_info = {"loader": {"pin_memory": False, "prefetch_factor": None}}
     assert "persistent_workers=True" in input_bound_line(SimpleNamespace(user_attrs=attrs), settings)
+    # inspection saw the baseline's loader without workers (persistent_workers=num_workers > 0 is then False);
+    # the trial's ranks trained with persistent workers: what they applied wins (a new user's report)
+    attrs["applied"]["persistent_workers"] = True
+    assert "persistent_workers" not in input_bound_line(SimpleNamespace(user_attrs=attrs), settings)
 
 
 def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
