@@ -24,7 +24,18 @@ from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
 
-__all__ = ["Built", "CliClass", "build", "build_spec", "cli_overrides", "find_cli_class", "load_cli_class", "load_spec", "parser_links", "set_dotted"]
+__all__ = [
+    "Built",
+    "CliClass",
+    "build",
+    "build_spec",
+    "cli_overrides",
+    "find_cli_class",
+    "load_cli_class",
+    "load_spec",
+    "parser_links",
+    "set_dotted",
+]
 
 #: Names the user's code may import LightningCLI under.
 _CLI_BASES = {"LightningCLI"}

@@ -17,7 +17,7 @@ from autotune.study import (
     system_budget,
     top_system_configs,
 )
-from autotune.study.staged import SHORT_RUN_CONSTRAINT
+from autotune.study.staged import SHORT_RUN_CONSTRAINT, same_math_phrase
 
 
 def test_the_plan_runs_the_baseline_and_enqueued_configs_first_and_splits_the_rest():
@@ -458,3 +458,13 @@ def test_a_staged_search_gives_a_math_preserving_config_a_full_budget_run(tmp_pa
     wide = constraint_value(full[0].user_attrs["loss"], base.user_attrs["loss"], 0.15, "min")
     assert full[0].user_attrs["constraint"] == pytest.approx(wide) and full[0].user_attrs["feasible"] == (wide <= 0)
     assert "same math" in cli("show", db, check_rc=0).stdout
+
+
+def test_the_plan_line_speaks_of_accumulation_only_when_the_space_searches_it():
+    """A new user's report: a manual-optimization module (accumulate_grad_batches dropped) read
+    "split as micro-batch x accumulation" in the staged plan."""
+    baseline = TrialConfig(batch_size=32, accumulate_grad_batches=2, lr=0.01)
+    with_accumulation = same_math_phrase({"batch_size": {"choices": [32, 64]}, "accumulate_grad_batches": {"choices": [1, 2]}}, baseline)
+    assert with_accumulation == "the baseline's effective batch 64 and lr, split as micro-batch x accumulation"
+    manual = same_math_phrase({"batch_size": {"choices": [32, 64]}}, TrialConfig(batch_size=32, lr=0.01))
+    assert manual == "the baseline's batch 32 and lr" and "accumulation" not in manual

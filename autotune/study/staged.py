@@ -474,9 +474,9 @@ def _staged_search(
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
         preserving = 0
+    same_math = same_math_phrase(resolved, baseline)
     ui.info(
-        f"staged search: {n_system} system-knob screening run(s) ({preserving} math-preserving first: the baseline's "
-        f"effective batch {baseline.effective_batch_size} and lr, split as micro-batch x accumulation; "
+        f"staged search: {n_system} system-knob screening run(s) ({preserving} math-preserving first: {same_math}; "
         f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
         f"then {n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs "
         f"with the lr following the effective batch ({context.rule}: {why})"
@@ -484,6 +484,15 @@ def _staged_search(
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
     return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, plan)
+
+
+def same_math_phrase(resolved: Mapping[str, Any], baseline: TrialConfig) -> str:
+    """What stage 1's math-preserving configs keep, for the plan's line: the effective batch split as
+    micro-batch x accumulation, or, without ``accumulate_grad_batches`` in the space (manual
+    optimization drops it), the baseline's batch itself."""
+    if "accumulate_grad_batches" in resolved:
+        return f"the baseline's effective batch {baseline.effective_batch_size} and lr, split as micro-batch x accumulation"
+    return f"the baseline's batch {baseline.effective_batch_size} and lr"
 
 
 def _stages(study, settings: StudySettings, ui: UI, drain: Callable[..., int], add: int, seeds: list, full: int, plan: Any = None) -> int:
