@@ -159,18 +159,32 @@ def _to_target(attrs: Mapping[str, Any]) -> str | None:
     return f"{'' if attrs['target_reached'] else '~'}{seconds:.3g} s"
 
 
+def short_run(row: Mapping[str, Any]) -> bool:
+    """Whether a row (or a trial's user attributes) is a short screening run of ``--search staged``
+    (stage 1: fewer samples, its loss not judged, never recommended)."""
+    return row.get("stage") == "system" and row.get("feasible") is None
+
+
 def sort_key(objective: str):
-    """Key ordering trial rows best first under ``objective`` (failed and unmeasured rows last)."""
+    """Key ordering trial rows best first under ``objective`` (failed and unmeasured rows last; short
+    screening runs after every full-budget run, their loss not judged)."""
     if objective == "time-to-quality":
 
-        def key(row):
+        def inner(row):
             seconds = row.get("time_to_target")
             return (not row.get("target_reached"), seconds if seconds is not None else math.inf)
 
-        return key
-    if objective == "goodput":
-        return lambda row: -(row.get("goodput") or 0)
-    return lambda row: -(row.get("samples_per_sec") or 0)
+    elif objective == "goodput":
+
+        def inner(row):
+            return -(row.get("goodput") or 0)
+
+    else:
+
+        def inner(row):
+            return -(row.get("samples_per_sec") or 0)
+
+    return lambda row: (short_run(row), inner(row))
 
 
 def _fmt(key: str, value: Any) -> str:

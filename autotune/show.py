@@ -80,7 +80,7 @@ def choose_rows(trials: Sequence[Any], objective: str, limit: int, keep: Mapping
 def _ranking_row(trial) -> dict[str, Any]:
     """The figures :func:`autotune.report.sort_key` reads, from a trial's user attributes (NaN ranks last)."""
     attrs = trial.user_attrs
-    row = {k: attrs.get(k) for k in ("samples_per_sec", "goodput", "time_to_target", "target_reached")}
+    row = {k: attrs.get(k) for k in ("samples_per_sec", "goodput", "time_to_target", "target_reached", "stage", "feasible")}
     for k in ("samples_per_sec", "goodput"):
         if isinstance(row[k], float) and math.isnan(row[k]):
             row[k] = None

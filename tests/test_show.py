@@ -156,6 +156,23 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
     assert choose_rows(trials, "throughput", 5).numbers == [0, 1, 2, 3, 4]
 
 
+def test_short_screening_runs_rank_after_every_full_budget_run():
+    """A new user's report: `show` (and the search's summary table) ranked stage 1's short runs, the
+    fastest samples/s but their loss never judged, above the full-budget runs."""
+    from autotune.report import sort_key, trial_rows
+
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    for k in range(3):  # stage 1: short runs, faster than anything at full budget
+        add(study, 900.0 + k, None, attrs={"stage": "system", "trial_samples": 256}, batch_size=(32, 64, 128)[k])
+    add(study, 300.0, 1.0, attrs={"stage": "full"}, batch_size=64)
+    add(study, 200.0, 1.0, attrs={"stage": "full"}, batch_size=128)
+    trials = study.trials
+    assert choose_rows(trials, "throughput", 3, keep={0: "the baseline"}).numbers == [0, 4, 5]
+    ranked = [r["number"] for r in sorted((r for r in trial_rows(study) if r["state"] == "COMPLETE"), key=sort_key("throughput"))]
+    assert ranked == [4, 5, 0, 3, 2, 1]
+
+
 def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median_run(tmp_path, monkeypatch, capfd):
     from study.helpers import race
 
