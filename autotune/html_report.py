@@ -390,7 +390,17 @@ def _loss_curves(study, settings, recommended, baseline, every):
         chosen.append(baseline)
     names = _named(study, settings, recommended, baseline, every)
     if not chosen:
-        raise _Missing("No feasible trial has a recorded loss curve yet.")
+        if not feasible:
+            raise _Missing("No feasible trial has completed yet.")
+        from autotune.callback import _NOT_PER_BATCH
+
+        monitor = getattr(settings, "monitor", None) or "val_loss"
+        raise _Missing(
+            "No feasible trial recorded a training-loss curve: it is the loss training_step returns, or, when it returns "
+            f"none (manual optimization), the --monitor metric logged each training step ({monitor} is not: "
+            f"{'a validation metric, never read per step' if monitor.startswith(_NOT_PER_BATCH) else 'not logged per step'}). "
+            "Return the loss from training_step, or log a training loss each step and pass --monitor with its name."
+        )
     fig = go.Figure()
     for t in chosen:
         curve = t.user_attrs["loss_curve"]

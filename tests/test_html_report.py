@@ -449,3 +449,17 @@ def test_the_report_and_the_dashboard_draw_short_runs_apart_in_a_browser(tmp_pat
     assert value(min(line)) == pytest.approx(feasible, rel=0.02) and feasible < FAST_SHORT / 3
     # item 18: autotune dashboard's importance panel ranks the parameters as the report does
     assert _texts(_part(overview, "graph-hyperparameter-importances"), "ytick") == _texts(importances, "ytick")
+
+
+def test_a_study_without_training_loss_curves_says_why_and_how_to_get_them():
+    """A new user's report: a manual-optimization module judged on val_loss read "No feasible trial has a
+    recorded loss curve yet", as if more trials would draw one."""
+    study = make_study(space=SPACE)
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 150.0, 1.0, batch_size=32)
+    text = figures(study)[0]["loss_curves"]
+    assert text.startswith("No feasible trial recorded a training-loss curve") and "yet" not in text
+    assert "(val_loss is not: a validation metric, never read per step)" in text and "pass --monitor" in text
+    drawn = make_study(space=SPACE)
+    add(drawn, 100.0, 1.0, baseline=True, attrs={"loss_curve": [[64, 2.0], [128, 1.0]]})
+    assert not isinstance(figures(drawn)[0]["loss_curves"], str)
