@@ -17,7 +17,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.hardware import Hardware
 
-__all__ = ["ENV_OVERSUBSCRIBE", "Slot", "SlotPools", "machine_slots", "oversubscribe", "plan_slots", "prestart", "usable_cpus"]
+__all__ = ["ENV_OVERSUBSCRIBE", "Slot", "SlotPools", "ahead", "machine_slots", "oversubscribe", "plan_slots", "prestart", "usable_cpus"]
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,12 @@ def prestart(model_file: str | os.PathLike, jobs: int = 1) -> None:
         shutil.rmtree(log_dir, ignore_errors=True)
 
     atexit.register(close)
+
+
+def ahead(model_file: str | os.PathLike) -> Any:
+    """The warm process :func:`prestart` spawned for ``model_file`` and no run adopted yet (the model's
+    inspection runs in it: :func:`autotune.runner.inspect_process`), or ``None``."""
+    return _AHEAD.get(str(Path(model_file).resolve()))
 
 
 def _adopt(model_file: str, slot_index: int) -> Any:

@@ -247,6 +247,28 @@ def _run(
     return proc.returncode, timed_out, time.monotonic() - start, proc.pid
 
 
+def _warm_inspection(pool: Any, spec_path: Path, out_path: Path, log_path: Path, timeout: float) -> tuple[int | None, bool]:
+    """The inspection forked from a warm process: ``(exit status, timed out)``; ``(None, False)`` when
+    there is no warm process or it did not start (the caller then runs a cold one)."""
+    if pool is None:
+        return None, False
+    from autotune.errors import AutotuneError
+
+    start = time.monotonic()
+    try:
+        pool.wait_ready()
+        pid = pool.launch(str(spec_path), str(out_path), str(log_path), {}, command="inspect")
+    except AutotuneError:
+        return None, False
+    try:
+        returncode = pool.wait(pid, max(1.0, timeout - (time.monotonic() - start)))
+    finally:
+        kill_group(pid)  # whatever it started (DataLoader workers), whatever happened
+    if returncode is None and not pool.alive:  # the warm process itself went: a cold one runs it
+        return None, False
+    return returncode, returncode is None
+
+
 def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: int, seed: int) -> dict[str, Any]:
     """The spec a trial process reads (see :func:`autotune.target.run_trial`).
 
@@ -343,8 +365,21 @@ def run_trial_process(
         )
 
 
-def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0, pool: Any = None) -> dict[str, Any]:
     """Run ``autotune.target inspect`` in a child process and return its report.
+
+    Args:
+        spec: ``model_file``, ``model_class``, ``data_class``, ``config_file`` (see
+            :func:`autotune.inspection.inspect_model`).
+        timeout: Seconds before the child is killed.
+        pool: A :class:`autotune.warm.WarmPool` of the same model file spawned ahead of the run
+            (:func:`autotune.jobs.prestart`), or ``None``. The inspection is then forked from it, in a
+            session of its own like a trial, instead of importing torch and Lightning once more (the
+            CPU time of one such import: seconds on a small machine); when the warm process does not
+            start, a cold child runs it.
+
+    Returns:
+        The report of :func:`autotune.inspection.inspect_model`, with ``launch``: ``"warm"`` or ``"cold"``.
 
     Raises:
         UsageError: The model file, its classes or the config are unusable (message from the child).
@@ -354,7 +389,11 @@ def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str
         folder = Path(tmp)
         spec_path, out_path, log_path = folder / "spec.json", folder / "out.json", folder / "inspect.log"
         spec_path.write_text(json.dumps(spec))
-        returncode, timed_out, _, _ = _run(["inspect", str(spec_path), str(out_path)], log_path, timeout, child_env({}))
+        returncode, timed_out = _warm_inspection(pool, spec_path, out_path, log_path, timeout)
+        launch = "warm"
+        if returncode is None and not timed_out:  # no warm process: a cold one
+            launch = "cold"
+            returncode, timed_out, _, _ = _run(["inspect", str(spec_path), str(out_path)], log_path, timeout, child_env({}))
         if timed_out:
             raise AutotuneError(f"inspecting the model took longer than {timeout:g} s; log:\n{_tail(log_path)}")
         try:
@@ -367,4 +406,5 @@ def inspect_process(spec: Mapping[str, Any], timeout: float = 600.0) -> dict[str
                 error.detail = report.get("traceback")  # printed with --debug
                 raise error
             raise AutotuneError(f"inspecting the model failed: {report['message']}\n{_tail(log_path)}")
+        report["launch"] = launch
         return report

@@ -14,7 +14,8 @@ children can. It is the same idea as Python's ``forkserver`` with preloaded modu
 because a trial must run in a new session and report its pid before it starts.
 
 Protocol (JSON lines): the zygote prints ``{"ready": ...}`` once; each request
-``{"spec": PATH, "out": DIR, "log": PATH, "env": {...}}`` on its stdin is answered by
+``{"spec": PATH, "out": DIR, "log": PATH, "env": {...}, "command": "run"}`` on its stdin (``"inspect"``:
+the model's inspection, ``out`` its report file, as ``python -m autotune.target inspect``) is answered by
 ``{"pid": PID}``, and ``{"exit": PID, "returncode": CODE}`` follows when that child ends (negative:
 killed by that signal). The CLI rebuilds the zygote when the model file's contents change.
 """
@@ -95,6 +96,8 @@ class WarmPool:
         Raises:
             AutotuneError: It exited or did not become ready within :data:`READY_TIMEOUT` s.
         """
+        if self.ready:  # waited for already (the model's inspection ran in it before the run adopted it)
+            return self.ready
         message = self._read(timeout=READY_TIMEOUT)
         if message is None or "ready" not in message:
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
@@ -114,15 +117,17 @@ class WarmPool:
         except OSError:
             return True
 
-    def launch(self, spec_path: str, out_dir: str, log_path: str, env: Mapping[str, str]) -> int:
-        """Fork one trial; returns its pid, which is also its process group id.
+    def launch(self, spec_path: str, out_dir: str, log_path: str, env: Mapping[str, str], command: str = "run") -> int:
+        """Fork one trial (``command="run"``), or the model's inspection (``"inspect"``: ``out_dir`` is
+        then its report file, see :func:`autotune.target.main`); returns its pid, which is also its
+        process group id.
 
         Raises:
             AutotuneError: The zygote is gone or did not answer.
         """
         if not self.alive:
             raise AutotuneError("the warm trial process is not running")
-        request = {"spec": spec_path, "out": out_dir, "log": log_path, "env": dict(env)}
+        request = {"spec": spec_path, "out": out_dir, "log": log_path, "env": dict(env), "command": command}
         proc = self.proc
         assert proc is not None and proc.stdin is not None  # alive, and start() opened stdin=PIPE
         proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -223,11 +228,11 @@ def _child(request: Mapping[str, Any]) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the trial's stdout for the rest of the process
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         os.environ.update(request["env"])
-        sys.argv = [sys.argv[0], "run", request["spec"], request["out"]]
-        from autotune.target import run_trial
+        command = request.get("command", "run")
+        sys.argv = [sys.argv[0], command, request["spec"], request["out"]]
+        from autotune.target import main as target_main
 
-        spec = json.loads(Path(request["spec"]).read_text())
-        code = run_trial(spec, Path(request["out"]))
+        code = target_main([command, request["spec"], request["out"]])
     except BaseException:
         import traceback
 

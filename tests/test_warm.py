@@ -40,6 +40,26 @@ def test_zygote_is_cuda_free_survives_a_crash_and_notices_a_changed_file(tmp_pat
         assert pool.stale()
 
 
+def test_the_model_is_inspected_in_the_warm_process_spawned_ahead_and_cold_without_one(tmp_path, tiny_copy):
+    """A search's inspection forks from the warm process it spawned ahead (one import of torch, not two),
+    reports what a cold one does, refuses the same bad input, and leaves the warm process to the trials."""
+    from autotune.errors import UsageError
+
+    spec = {"model_file": str(tiny_copy)}
+    cold = inspect_process(spec)
+    assert cold["launch"] == "cold"
+    same = ("model_class", "data_class", "targets", "baseline", "init_args", "train_samples")
+    with WarmPool(tiny_copy, child_env({}), tmp_path / "warm.log") as pool:
+        pool.spawn()  # as jobs.prestart does: the inspection waits for it to be ready
+        warm = inspect_process(spec, pool=pool)
+        assert warm["launch"] == "warm" and {k: warm[k] for k in same} == {k: cold[k] for k in same}
+        with pytest.raises(UsageError, match="NoSuchModel"):
+            inspect_process({**spec, "model_class": "NoSuchModel"}, pool=pool)
+        assert pool.alive and pool.wait_ready()["ready"]  # still there for the trials, its ready message kept
+        pool.close()
+        assert inspect_process(spec, pool=pool)["launch"] == "cold"  # a warm process gone: a cold one inspects
+
+
 def test_warm_and_cold_trials_give_the_same_config_and_results(tmp_path, cli):
     losses = {}
     for mode in ("warm", "cold"):

@@ -115,10 +115,9 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     check_storage_url(storage_url)  # before the model is inspected
     check_writable(storage_url)  # a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    file = storage_file(storage_url)
-    resuming = file is None or file.exists()
-    if resuming and not opts.cold and (opts.num_nodes or 1) == 1:
-        prestart(model_file, opts.jobs)  # its imports overlap opening and reading the study
+    if not opts.cold and (opts.num_nodes or 1) == 1:
+        # its imports overlap opening and reading the study; a new study's inspection then runs in it
+        prestart(model_file, opts.jobs)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
     freeze_read_trials()

@@ -15,7 +15,7 @@ from autotune import __version__
 from autotune.config import TrialConfig
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.hardware import Hardware, unsupported_precisions
-from autotune.jobs import ENV_OVERSUBSCRIBE, machine_slots, usable_cpus
+from autotune.jobs import ENV_OVERSUBSCRIBE, ahead, machine_slots, usable_cpus
 from autotune.lightning_cli import find_cli_class
 from autotune.loader import read_user_config
 from autotune.runner import inspect_process
@@ -294,7 +294,8 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
         read_user_config(config_file, strict=find_cli_class(model_file) is None)
     ui.info(f"inspecting {model_file.name} in a trial process ...")
     report = inspect_process(
-        {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file}
+        {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file},
+        pool=ahead(model_file),  # the run's warm process, spawned ahead: no second import of torch
     )
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
