@@ -194,7 +194,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
     db = tmp_path / "local.db"
     url = f"sqlite:///{db}"
     env = {"AUTOTUNE_STORAGE": url}  # the environment variable stands in for --storage
-    search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--study-name", "local", "--cold"], tmp_path, env)
+    search = _spawn(["search", MODELS / "tiny.py", "--trials", 8, "--samples", 512, "--study-name", "local", "--cold"], tmp_path, env)
     _wait_for_study(url, "local")
     workers = [_spawn(["worker", "--study-name", "local", "--cold"], tmp_path, env) for _ in range(3)]
     import socket
@@ -221,7 +221,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
         assert "database is locked" not in err
     trials = optuna.load_study(study_name="local", storage=url).trials
     assert all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
-    assert len(trials) == 12  # the budget, duplicates of a measured config included (never replaced beyond it)
+    assert len(trials) == 8  # the budget, duplicates of a measured config included (never replaced beyond it)
     assert polls > 5
 
 
@@ -292,7 +292,7 @@ def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
 def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_path):
     url = f"sqlite:///{tmp_path / 'alone.db'}"
     search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 1, "--samples", 256, "--storage", url,
-                     "--study-name", "alone", "--trial-timeout", 15], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
+                     "--study-name", "alone", "--trial-timeout", 10], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
     _out, err = search.communicate(timeout=300)
     assert search.returncode == 1, err[-2000:]
     trial = optuna.load_study(study_name="alone", storage=url).trials[0]
