@@ -9,12 +9,13 @@ with code 0; output into a pipe whose reader went away (``autotune show STUDY | 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 from autotune import __version__
-from autotune.errors import AutotuneError, UsageError, stdout_reader_gone
+from autotune.errors import AutotuneError, UsageError, reader_gone, stdout_reader_gone
 
 __all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
 
@@ -482,11 +483,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # what is still buffered fails here, while the broken pipe can be told apart
         return code
     except BrokenPipeError:
-        if not stdout_reader_gone():
+        from autotune.errors import CLOSED_OUTPUT, stopped_by
+
+        # (a search stopped for a closed output has pointed standard output at /dev/null already: its
+        # stop message then failed on standard error, the same pipe under `2>&1 | head`)
+        if stopped_by() != CLOSED_OUTPUT and not stdout_reader_gone():
             raise  # another pipe (a trial process, a database connection): a real error
         # the interpreter's own flush at exit would fail again and print "Exception ignored ..."
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                if stream is sys.stdout or reader_gone(stream):
+                    os.dup2(devnull, stream.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
 

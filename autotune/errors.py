@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from typing import IO, Any
 
 __all__ = [
     "FAIL_KINDS",
@@ -223,13 +224,19 @@ def stop_for_closed_output() -> bool:
 
 
 def stdout_reader_gone() -> bool:
-    """Whether standard output is a pipe (or socket) whose reader has closed it: poll(2) reports an
-    error or a hang-up on its end. Without poll (Windows), a broken pipe is taken to be standard output."""
-    import select
+    """Whether standard output is a pipe (or socket) whose reader has closed it (:func:`reader_gone`)."""
     import sys
 
+    return reader_gone(sys.stdout)
+
+
+def reader_gone(stream: IO[Any]) -> bool:
+    """Whether ``stream`` is a pipe (or socket) whose reader has closed it: poll(2) reports an error or
+    a hang-up on its end. Without poll (Windows), a broken pipe is taken to be this stream."""
+    import select
+
     try:
-        fd = sys.stdout.fileno()
+        fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
         return False
     if not hasattr(select, "poll"):

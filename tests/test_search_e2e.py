@@ -467,6 +467,20 @@ def test_a_search_whose_output_reader_went_away_stores_its_running_trial_as_inte
     assert [(t.state.name, t.user_attrs.get("retry_of")) for t in trials[3:]] == [("WAITING", 1)]  # queued again
 
 
+def test_a_search_whose_output_and_errors_share_a_pipe_that_closes_exits_141(tmp_path):
+    """``autotune search ... 2>&1 | head -3`` (a new user's report): the stop message itself failed on
+    standard error, the same closed pipe, and the search exited 1 instead of 141."""
+    from autotune.cli import EXIT_BROKEN_PIPE
+
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", str(MODELS / "tiny.py"), "--trials", "2", "--samples", "256",
+                             "--confirm", "0", "--storage", f"sqlite:///{tmp_path / 'both.db'}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    first = proc.stdout.readline()
+    proc.stdout.close()  # `| head -1` exits
+    assert proc.wait(timeout=120) == EXIT_BROKEN_PIPE, first
+    assert first.startswith("inspecting tiny.py")
+
+
 @pytest.mark.parametrize("stop, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tmp_path, stop, code, name):
     """SIGTERM (kill, a SLURM time limit, a Kubernetes eviction) is handled as Ctrl-C is."""
