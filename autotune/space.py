@@ -232,7 +232,7 @@ def _parse_range(name: str, spec: Mapping[str, Any], kind: type, source: str) ->
     else:
         _check_number(source, f"{where}.high", high, float if relative else kind)
         if low > high:
-            raise SpaceError(f"{source}: {where}: low {low!r} is greater than high {high!r}")
+            raise SpaceError(f"{source}: {where}: low {low!r} is greater than high {high!r}; swap them (low: {high!r}, high: {low!r})")
     if not relative:
         _check_value(source, f"{where}.low", name, kind, low)
     elif low <= 0:

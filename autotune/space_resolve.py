@@ -294,7 +294,7 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
         if not _fits(value, kind):
             raise SpaceError(
                 f"{source}: {name}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind} "
-                f"({owner}.__init__ declares {arg}: {kind}); give {kind} values"
+                f"({info.get('class_names', {}).get(section) or owner}.__init__ declares {arg}: {kind}); give {kind} values"
             )
     base_value = knob_value(baseline, name)
     if spec.choices is None:

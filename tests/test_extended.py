@@ -85,11 +85,11 @@ def test_constructor_arguments_are_typed_by_the_signature():
     assert resolved["model.dropout"] == {"low": 0.0, "high": 0.5, "log": False, "type": "float"}
     assert resolved["data.shuffle"] == {"choices": [False, True], "type": "bool"}
     assert resolved["model.act"] == {"choices": ["relu", "gelu"], "type": "str"}  # untyped: the choices' own type
-    with pytest.raises(SpaceError, match=r"s.yaml: model.hidden: 'wide' is not an int \(LightningModule.__init__ declares hidden: int\)"):
+    with pytest.raises(SpaceError, match=r"s.yaml: model.hidden: 'wide' is not an int \(TinyModel.__init__ declares hidden: int\)"):
         resolve({"model.hidden": [8, "wide"]})
     with pytest.raises(SpaceError, match=r"model.hidden_dim: LightningModule TinyModel.__init__ takes no argument 'hidden_dim'; its arguments: \['act', 'dropout', 'hidden', 'lr'\]"):
         resolve({"model.hidden_dim": [128]})
-    with pytest.raises(SpaceError, match=r"data.shuffle: 0 is not a bool \(LightningDataModule.__init__ declares shuffle: bool\); give bool values"):
+    with pytest.raises(SpaceError, match=r"data.shuffle: 0 is not a bool \(TinyData.__init__ declares shuffle: bool\); give bool values"):
         resolve({"data.shuffle": {"low": 0, "high": 1}})
     with pytest.raises(SpaceError, match=r"model.lr is the argument autotune sets for its own knob 'lr' \(it would be overwritten\); search it as lr:"):
         resolve({"model.lr": [0.1]}, info={**INFO, "knob_args": {"model": {"lr": "lr"}, "data": {"batch_size": "batch_size"}}})

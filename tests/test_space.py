@@ -33,7 +33,7 @@ def test_default_space_is_valid_and_has_the_five_knobs():
         ({"batch_size": {"choices": []}}, r"batch_size.choices must be a non-empty list"),
         ({"batch_size": {"choices": [0, 8]}}, r"batch_size.choices: 0 is below the minimum 1"),
         ({"batch_size": {"choices": ["big"]}}, r"batch_size.choices must be an integer, got 'big'"),
-        ({"batch_size": {"low": 64, "high": 8}}, r"low 64 is greater than high 8"),
+        ({"batch_size": {"low": 64, "high": 8}}, r"low 64 is greater than high 8; swap them \(low: 8, high: 64\)"),
         ({"batch_size": {"low": 8}}, r"needs 'choices', or both 'low' and 'high'"),
         ({"batch_size": {"choices": [8], "low": 1}}, r"has 'choices' and also"),
         ({"batch_size": {"choices": [8], "typo": 1}}, r"unknown key\(s\) \['typo'\]"),
