@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.progress import read_progress
-from autotune.report import ConsoleUI, TableColumn, _fmt, fitted_table, sort_key, trial_rows
+from autotune.report import ConsoleUI, _fmt, sort_key, trial_rows
+from autotune.table_fit import TableColumn, fitted_table
 
 __all__ = ["LiveUI"]
 
@@ -122,7 +123,7 @@ class LiveUI(ConsoleUI):
         return lines
 
     #: The finished trials' columns in the order shown: (row key, header, rank). When the table is too
-    #: wide for the terminal, the highest rank is left out first (:func:`autotune.report.fitted_table`):
+    #: wide for the terminal, the highest rank is left out first (:func:`autotune.table_fit.fitted_table`):
     #: kept longest are #, samples/s, status, batch, precision, loss, lr, accum, workers.
     COLUMNS = (
         ("number", "#", 0),
