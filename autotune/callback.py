@@ -190,10 +190,13 @@ def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
     Returns:
         The DataLoader's ``pin_memory``, ``prefetch_factor`` and ``persistent_workers``, the float32 matmul precision,
         whether the module is compiled (Lightning's ``_compiler_ctx``) and in channels-last format (its
-        first 4-D parameter whose two layouts differ), and its parameter count (changed by searched
-        constructor arguments).
+        first 4-D parameter whose two layouts differ), its parameter count (changed by searched
+        constructor arguments), and torch's intra-op threads with the cores the rank may run on (a
+        busy host's run leaves cores out: :mod:`autotune.jobs`).
     """
     import torch
+
+    from autotune.hardware import available_cpu_count
 
     # a 4-D weight whose channels-last and contiguous layouts differ (1 input channel or a 1x1 kernel are both)
     weights = [p for p in module.parameters() if p.dim() == 4 and p.size(1) > 1 and p.size(2) * p.size(3) > 1]
@@ -205,6 +208,8 @@ def applied_knobs(loader: Any, module: Any) -> dict[str, Any]:
         "compiled": getattr(module, "_compiler_ctx", None) is not None,
         "channels_last": bool(weights) and weights[0].is_contiguous(memory_format=torch.channels_last) and not weights[0].is_contiguous(),
         "parameters": sum(p.numel() for p in module.parameters()),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_cores": available_cpu_count(),
     }
 
 

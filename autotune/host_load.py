@@ -31,11 +31,14 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 __all__ = [
+    "BUSY_CORE_FRACTION",
     "HOST_LOAD_KEYS",
     "CpuTimes",
     "HostLoad",
     "HostLoadProbe",
     "HostSample",
+    "busy_cores",
+    "core_busy_fractions",
     "gpu_other_processes",
     "host_load_figures",
     "merge_host_load",
@@ -139,6 +142,57 @@ def parse_proc_stat(text: str, cpus: Collection[int] | None = None) -> CpuTimes:
     if not found:
         raise ValueError(f"/proc/stat has no line for CPUs {sorted(cpus) if cpus is not None else 'all'!r}")
     return CpuTimes(busy=busy, steal=steal, total=total)
+
+
+#: A core counts as busy with other work when it was busy this share of a quiet moment's window
+#: (:func:`busy_cores`): a process pinned to it or hogging it (a loop at 100% measures 97-100% here).
+BUSY_CORE_FRACTION = 0.75
+
+
+def core_busy_fractions(before: str, after: str, cpus: Collection[int]) -> dict[int, float]:
+    """Each core's busy share between two readings of ``/proc/stat`` (pure).
+
+    Args:
+        before, after: The file's text at the start and the end of the window.
+        cpus: The cores to measure; one without a line in both texts (offline) is left out.
+
+    Returns:
+        ``{core: busy jiffies / all jiffies}`` in ``[0, 1]`` (a core that counted no jiffy is left out).
+    """
+    shares = {}
+    for cpu in cpus:
+        try:
+            start, end = parse_proc_stat(before, [cpu]), parse_proc_stat(after, [cpu])
+        except ValueError:
+            continue
+        total = end.total - start.total
+        if total > 0:
+            shares[cpu] = min(1.0, max(0.0, (end.busy - start.busy) / total))
+    return shares
+
+
+def busy_cores(cpus: Collection[int], window: float = 0.3, threshold: float = BUSY_CORE_FRACTION) -> dict[int, float]:
+    """The cores other work keeps busy now: ``{core: busy share}`` of those at or above ``threshold``.
+
+    Measured over ``window`` seconds in which the calling process sleeps (call it before starting any
+    child, so that the busy time is other work's). Empty where ``/proc/stat`` cannot be read (not Linux).
+
+    Args:
+        cpus: The cores to look at (the process's usable ones).
+        window: Seconds to measure (> 0; 0.3 s is 30 jiffies a core at ``USER_HZ`` = 100).
+        threshold: Busy share from which a core counts, in ``(0, 1]``.
+    """
+    import time
+
+    try:
+        with open("/proc/stat") as f:
+            before = f.read()
+        time.sleep(window)
+        with open("/proc/stat") as f:
+            after = f.read()
+    except OSError:
+        return {}
+    return {c: share for c, share in core_busy_fractions(before, after, cpus).items() if share >= threshold}
 
 
 def _stat_fields(text: str) -> list[str]:

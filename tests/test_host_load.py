@@ -167,3 +167,29 @@ def test_other_gpu_processes_leave_out_the_trial_own_and_need_nvml():
 
     if not torch.cuda.is_available():
         assert gpu_other_processes(0, os.getsid(0)) is None
+
+
+def test_per_core_shares_from_two_readings_of_proc_stat():
+    from autotune.host_load import core_busy_fractions
+
+    # cpu0: 230 busy of 240 jiffies; cpu1: 165 of 200; cpu7 has no line (offline): left out
+    shares = core_busy_fractions(STAT_START, STAT_END, [0, 1, 7])
+    assert set(shares) == {0, 1}
+    assert shares[0] == pytest.approx((150 + 20 + 5 + 5) / (150 + 20 + 10 + 10 + 5 + 5))
+    assert shares[1] == pytest.approx(165 / 200)
+    assert core_busy_fractions(STAT_START, STAT_START, [0]) == {}  # no jiffy counted: nothing to say
+
+
+@pytest.mark.skipif(not LINUX, reason="reads /proc/stat")
+def test_a_core_kept_busy_by_another_process_is_found_and_an_idle_one_is_not():
+    from autotune.host_load import busy_cores
+
+    cpus = sorted(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", BUSY_LOOP, "20", str(cpus[-1])], start_new_session=True)
+    try:
+        time.sleep(0.5)  # the loop has started
+        found = busy_cores(cpus, window=0.5)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert cpus[-1] in found and found[cpus[-1]] >= 0.75, found

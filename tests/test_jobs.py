@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from autotune.errors import UsageError
@@ -68,3 +70,48 @@ def test_oversubscribe_reads_its_variable(monkeypatch, value, allowed):
     else:
         monkeypatch.setenv(ENV_OVERSUBSCRIBE, value)
     assert oversubscribe() is allowed
+
+
+def test_a_one_job_cpu_run_leaves_out_the_cores_other_work_keeps_busy():
+    cpu2 = Hardware("cpu", 0, "cpu", 2, True, 16.0)
+    (slot,) = plan_slots(cpu2, 1, 1, [0, 1], busy={1: 0.98})
+    assert slot.env == {"AUTOTUNE_CPUS": "0"}
+    assert slot.description == "one job: core 0 (core 1 busy with other work: 98%)"
+    # too few cores left for the devices, every core busy, or a GPU machine: the whole machine, as before
+    assert plan_slots(cpu2, 2, 1, [0, 1], busy={1: 0.98})[0].env == {}
+    assert plan_slots(cpu2, 1, 1, [0, 1], busy={0: 0.9, 1: 0.98})[0].env == {}
+    assert plan_slots(GPU4, 1, 1, list(range(16)), busy={3: 1.0})[0].env == {}
+    # parallel jobs split the cores as they did (busy or not)
+    assert [s.env["AUTOTUNE_CPUS"] for s in plan_slots(CPU8, 1, 2, list(range(8)), busy={7: 1.0})] == ["0,1,2,3", "4,5,6,7"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core to leave out")
+def test_a_run_on_a_busy_host_says_so_and_its_trials_run_on_the_other_cores(tmp_path):
+    from conftest import MODELS, load, run_cli
+
+    cores = sorted(os.sched_getaffinity(0))
+    db = tmp_path / "busy.db"
+    done = run_cli(
+        ["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{db}"],
+        cwd=tmp_path,
+        env={"AUTOTUNE_BUSY_CORES": str(cores[-1])},
+        check_rc=0,
+    )
+    assert f"busy host: trials run on core{'s' if len(cores) > 2 else ''} " in done.stderr + done.stdout
+    assert f"(core {cores[-1]} busy with other work: given in $AUTOTUNE_BUSY_CORES)" in done.stderr + done.stdout
+    (trial,) = load(db, "tiny").trials
+    applied = trial.user_attrs["applied"]
+    assert applied["cpu_cores"] == len(cores) - 1 and applied["torch_threads"] == len(cores) - 1
+    # "none" uses every core whatever the load; a bad value is one line and exit code 2, before any study
+    done = run_cli(["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{tmp_path / 'all.db'}"],
+                   cwd=tmp_path, env={"AUTOTUNE_BUSY_CORES": "none"}, check_rc=0)
+    assert "busy host" not in done.stderr + done.stdout
+    assert load(tmp_path / "all.db", "tiny").trials[0].user_attrs["applied"]["cpu_cores"] == len(cores)
+    bad = run_cli(["search", MODELS / "tiny.py", "--storage", f"sqlite:///{tmp_path / 'bad.db'}"], cwd=tmp_path,
+                  env={"AUTOTUNE_BUSY_CORES": "last"}, check_rc=2)
+    assert bad.stderr.strip().splitlines() == ["autotune: error: AUTOTUNE_BUSY_CORES='last': give core numbers separated by commas (2,3), or none"]
+    bad = run_cli(["search", MODELS / "tiny.py", "--storage", f"sqlite:///{tmp_path / 'bad.db'}"], cwd=tmp_path,
+                  env={"AUTOTUNE_BUSY_CORES": "4096"}, check_rc=2)
+    assert "AUTOTUNE_BUSY_CORES='4096': this process runs on cores" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "bad.db").exists()

@@ -21,7 +21,7 @@ from autotune.config import TrialConfig
 from autotune.errors import Interrupted, StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
-from autotune.jobs import SlotPools, machine_slots, prestart
+from autotune.jobs import SlotPools, machine_slots, measure_busy_cores, prestart
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
@@ -115,11 +115,13 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     check_storage_url(storage_url)  # before the model is inspected
     check_writable(storage_url)  # a read-only database is known at once
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    measure_busy_cores()  # before any child starts: the busy time is other work's
     if not opts.cold and (opts.num_nodes or 1) == 1:
         # its imports overlap opening and reading the study; a new study's inspection then runs in it
         prestart(model_file, opts.jobs)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
+    busy_cores_line(settings, opts.jobs, ui)
     freeze_read_trials()
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
     if len(seeds) > room:
@@ -379,6 +381,18 @@ def _continue(
         else:
             ran += drain(add=held, seeds=seeds)
     return ran
+
+
+def busy_cores_line(settings: StudySettings, jobs: int, ui: UI) -> None:
+    """Say so when this run's trials leave out cores other work keeps busy (:func:`autotune.jobs.plan_slots`)."""
+    slot = machine_slots(Hardware.from_dict(settings.hardware), int(settings.devices), jobs)[0]
+    if jobs == 1 and "AUTOTUNE_CPUS" in slot.env:
+        n = len(slot.env["AUTOTUNE_CPUS"].split(","))
+        threads = max(1, n // int(settings.devices))
+        ui.warn(
+            f"busy host: trials run on {slot.description.removeprefix('one job: ')}, with {threads} torch thread(s) a device, "
+            "so that a busy core does not stall every step; their samples/s are this machine's without the busy core(s)"
+        )
 
 
 def _check_run_inputs(opts: SearchOptions, settings: StudySettings, new_study: bool = False) -> list[tuple[dict, dict]]:

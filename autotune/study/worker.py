@@ -10,13 +10,13 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import StudyNotFoundError, UsageError
-from autotune.jobs import prestart
+from autotune.jobs import measure_busy_cores, prestart
 from autotune.nodes import NodeIdentity, follow
 from autotune.storage import check_writable, freeze_read_trials, mask_url, open_storage
 from autotune.study.plan import stopped_runs
 from autotune.study.queue import drain_queue
 from autotune.study.records import recommendation
-from autotune.study.search import SearchResult, _leader, _make_sampler
+from autotune.study.search import SearchResult, _leader, _make_sampler, busy_cores_line
 from autotune.study.settings import load_study
 from autotune.ui import UI
 
@@ -86,6 +86,7 @@ def run_worker(
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1 (trials at once), got {jobs}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    measure_busy_cores()  # before any child starts: the busy time is other work's
     study, settings = _wait_for_study(study_name, storage_url, ui)
     check_writable(storage_url)
     study = optuna.load_study(study_name=study.study_name, storage=open_storage(storage_url, create=False, heartbeat=True))
@@ -96,6 +97,7 @@ def run_worker(
     if not cold and (settings.num_nodes or 1) == 1 and not storage_url.startswith("grpc:"):
         prestart(settings.model_file, jobs)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)) + os.getpid())
+    busy_cores_line(settings, jobs, ui)
     freeze_read_trials()
     n = len(study.get_trials(deepcopy=False))
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({n} trial{'' if n == 1 else 's'} so far)")
