@@ -26,6 +26,7 @@ is built by :func:`measure_callback_class`; ``autotune.callback.MeasureCallback`
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import time
@@ -127,9 +128,43 @@ class LossLog:
         recent = [float(loss) for loss in self._losses[-batches:] if loss is not None]
         return statistics.fmean(recent) if recent else None
 
+    def tail(self, n: int) -> list[float | None]:
+        """The last ``n`` batches' losses as floats (``None`` for a batch that returned none; one device sync)."""
+        import torch
+
+        last = self._losses[-n:] if n > 0 else []
+        kept = [loss for loss in last if loss is not None]
+        floats = iter(torch.stack(kept).tolist() if kept else [])
+        return [next(floats) if loss is not None else None for loss in last]
+
     def values(self) -> list[float | None]:
         """Every batch's loss as a float (``None`` for a batch that returned no loss)."""
         return [float(loss) if loss is not None else None for loss in self._losses]
+
+
+def window_loss(losses: Callable[[int], list[float | None]], sizes: list[int], window: float) -> float | None:
+    """The mean training loss over the last ``window`` samples, as
+    :func:`autotune.objective.smooth_curve` gives the curve's last point (one rank's samples).
+
+    Args:
+        losses: ``n -> the last n batches' losses`` (:meth:`LossLog.tail`; ``None`` or non-finite ones are skipped).
+        sizes: Samples of every batch so far.
+        window: Width in samples (> 0).
+
+    Returns:
+        The mean, or ``None`` before ``window`` samples or without a loss in the window.
+    """
+    seen = sum(sizes)
+    if seen < window or not sizes:
+        return None
+    n, after = 0, 0  # the batches whose point (samples seen after them) is in (seen - window, seen]
+    for size in reversed(sizes):
+        if after >= window:
+            break
+        after += size
+        n += 1
+    kept = [v for v in losses(n) if v is not None and math.isfinite(v)]
+    return statistics.fmean(kept) if kept else None
 
 
 def check_num_workers(loader: Any, num_workers: int | None) -> None:
@@ -244,6 +279,11 @@ class _MeasureHooks:
             is not searched: the training loader's own, which may vary from batch to batch).
         logged_loss: The metric whose logged per-batch values make the loss curve when
             ``training_step`` returns no loss (the study's ``--monitor``; see :class:`LossLog`).
+        stop_at_loss: ``(target loss, smoothing window in samples)``: stop training once the
+            training loss averaged over the window (:func:`window_loss`, checked every
+            ``check_every`` batches from a quarter of ``total_batches`` on) is at or below the
+            target, as MLPerf's time-to-train stops at its quality target (a paired run judged on
+            its seconds to the study's loss target: :mod:`autotune.study.racing`); one rank only.
     """
 
     def __init__(
@@ -257,8 +297,11 @@ class _MeasureHooks:
         check_every: int = 16,
         check_batch: bool = True,
         logged_loss: str | None = None,
+        stop_at_loss: tuple[float, float] | None = None,
     ):
         self.batch_size = batch_size
+        self.stop_at_loss = stop_at_loss
+        self.stopped_at_target = False
         self.check_batch = check_batch
         self.num_workers = num_workers
         self.total_batches = total_batches
@@ -321,8 +364,21 @@ class _MeasureHooks:
         batches = len(self.timer.intervals)
         if self.losses.check_due(batches):
             self.losses.check_finite(self.timer.sizes, self.world_size)
+            if self._target_reached(batches):
+                self._sync()
+                self.timer.end(time.perf_counter())
+                self.stopped_at_target = trainer.should_stop = True  # the final validation follows
+                self._stop_host(trainer)
         if self.progress.due(now, last=batches == self.total_batches) and trainer.global_rank == 0:
             self.progress.write(now, self._preview(batches, now))
+
+    def _target_reached(self, batches: int) -> bool:
+        """Whether to stop at the loss target now (``stop_at_loss``; one rank, from a quarter of the run on)."""
+        if self.stop_at_loss is None or self.timer.ended or self.world_size != 1 or 4 * batches < self.total_batches:
+            return False
+        target, window = self.stop_at_loss
+        loss = window_loss(self.losses.tail, self.timer.sizes, window)
+        return loss is not None and loss <= target
 
     def _preview(self, batches: int, now: float) -> Progress:
         """The live preview (no device synchronisation: the trial's figures come from the rank report)."""
@@ -378,6 +434,7 @@ class _MeasureHooks:
         report: RankReport = {**self.static, "rank": trainer.global_rank, "ok": True, **summarize(record)}  # type: ignore[typeddict-item]
         report["lr_ran"] = record["lr_ran"]
         report["optimizer_ran"] = self.optimizer_ran
+        report["stopped_at_target"] = self.stopped_at_target
         report["first_batch_time"] = self.timer.first_batch_time
         report["train_end_time"] = self.timer.train_end_time
         report["first_batch_size"] = first_batch_size

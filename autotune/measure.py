@@ -168,11 +168,19 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+    """At most ``limit`` points: ``limit`` consecutive blocks, each its mean loss at its last sample count.
+
+    Block means, not every k-th point: a window mean over the thinned curve (the smoothing of
+    :func:`autotune.objective.time_to_target`) then stays the raw curve's. Picked points kept one
+    batch's loss in 41 of a batch-1 run of 8,192 batches: its window of 819 samples averaged 20 single
+    losses instead of 819, and the curve crossed the loss target 2.7x too early by chance (the zoo's demo
+    ``BoringModel``: 1,903 samples against 5,152 on the whole curve).
+    """
     if len(points) <= limit:
         return points
-    stride = len(points) / limit
-    picked = [points[int(i * stride)] for i in range(limit - 1)]
-    return [*picked, points[-1]]
+    n = len(points)
+    blocks = (points[i * n // limit : (i + 1) * n // limit] for i in range(limit))
+    return [(block[-1][0], statistics.fmean(loss for _, loss in block)) for block in blocks]
 
 
 def summarize(record: Mapping[str, Any]) -> RankSummary:

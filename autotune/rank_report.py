@@ -98,6 +98,8 @@ class RankReport(RankSummary, total=False):
         applied: What the rank really trained with (:func:`autotune.callback.applied_knobs`).
         lr_ran: The first optimizer's first param group's ``lr`` at the start of training.
         optimizer_ran: The first optimizer's class path (``torch.optim.adamw.AdamW``), or ``None``.
+        stopped_at_target: Training stopped at the loss target before its budget (``stop_at_loss``
+            of :class:`autotune.callback.MeasureCallback`).
         first_batch_time: When the first training batch started, epoch seconds.
         train_end_time: When the last training batch ended, epoch seconds.
         first_batch_size: Samples in the first training batch.
@@ -121,6 +123,7 @@ class RankReport(RankSummary, total=False):
     applied: dict[str, Any]
     lr_ran: float | None
     optimizer_ran: str | None
+    stopped_at_target: bool
     first_batch_time: float | None
     train_end_time: float | None
     first_batch_size: int | None

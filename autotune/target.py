@@ -110,6 +110,8 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             out_dir=str(out_dir),
             static={"config": config.to_dict()},
             logged_loss=spec.get("monitor"),
+            # a timed paired run stops at the study's loss target (one process: ranks would have to agree)
+            stop_at_loss=tuple(spec["stop_at_loss"]) if spec.get("stop_at_loss") and config.devices * config.num_nodes == 1 else None,
         )
         trainer = pl.Trainer(callbacks=[*user_callbacks(pl, built.callbacks), callback], **kwargs)
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)

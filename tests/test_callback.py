@@ -397,3 +397,53 @@ def test_a_rank_that_fails_in_training_keeps_the_host_load_up_to_its_failure(tmp
     assert set(host) == set(HOST_LOAD_KEYS) and host["host_load"] >= 0 and host["gpu_other_processes"] is None
     if os.path.exists("/proc/stat"):  # Linux: 0.8 s of window on this process's CPUs
         assert 0.0 <= host["steal_fraction"] <= 1.0 and 0.0 <= host["other_cpu_fraction"] <= 1.0
+
+
+def test_window_loss_is_the_smoothed_curve_s_last_point():
+    from autotune.callback import window_loss
+    from autotune.objective import smooth_curve
+
+    sizes = [8] * 10
+    losses = [2.0, 1.9, 1.7, None, 1.5, 1.4, float("nan"), 1.2, 1.1, 1.0]
+    curve = [(8 * (i + 1), v) for i, v in enumerate(losses) if v is not None]
+    assert window_loss(lambda n: losses[-n:], sizes, 24) == pytest.approx(smooth_curve(curve, 24)[-1][1])  # 1.2, 1.1, 1.0
+    assert window_loss(lambda n: losses[-n:], sizes, 30) == pytest.approx((1.2 + 1.1 + 1.0) / 3)  # the NaN batch is skipped
+    assert window_loss(lambda n: losses[-n:], sizes, 81) is None  # fewer samples than the window so far
+    assert window_loss(lambda n: [None] * n, sizes, 16) is None
+
+
+@pytest.mark.parametrize("target, stops", [(0.05, True), (-1.0, False)])
+def test_a_run_given_a_loss_target_stops_once_its_smoothed_loss_reaches_it(tmp_path, target, stops):
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    x = torch.randn(4096, 4)
+    data = TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))  # learnable: the loss falls to ~0
+    callback = measure_callback_class(pl)(batch_size=8, num_workers=0, total_batches=400, accumulate_grad_batches=1,
+                                          out_dir=str(tmp_path), static={"config": {"precision": "32-true"}},
+                                          stop_at_loss=(target, 320.0))
+    trainer = pl.Trainer(callbacks=[callback], accelerator="cpu", max_epochs=-1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(Net(), DataLoader(data, batch_size=8))
+    (report,) = read_rank_reports(tmp_path)
+    assert report["ok"] and report["stopped_at_target"] is stops
+    if stops:  # checked every 16 batches, from a quarter of the run on; the window's mean is at the target
+        assert 100 <= report["batches"] < 400 and report["batches"] % 16 == 0
+        tail = [loss for _, loss in report["loss_curve"][-40:]]
+        assert sum(tail) / len(tail) <= target
+        assert report["samples"] > 0 and report["seconds"] > 0  # measured up to the stop
+    else:
+        assert report["batches"] == 400

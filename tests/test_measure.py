@@ -158,3 +158,24 @@ def test_merge_ranks_raises_a_peak_below_what_the_trial_achieved():
     assert mfu(merged["flops_per_sample"], merged["samples_per_sec"], merged["peak_flops"], 2) == pytest.approx(1.0)
     ranks[0]["peak_flops"] = 1e12  # a plausible peak stays as measured
     assert (merge_ranks(ranks, "cpu_rss")["peak_flops"], merge_ranks(ranks, "cpu_rss")["peak_flops_source"]) == (1e12, "cached")
+
+
+def test_a_thinned_loss_curve_keeps_the_window_means_of_the_whole_curve():
+    import random
+
+    from autotune.measure import MAX_CURVE_POINTS, summarize
+    from autotune.objective import smooth_curve, time_to_target
+
+    # a batch-1 run of 8,192 batches: a slowly falling loss under per-sample noise as large as the loss
+    rng = random.Random(0)
+    losses = [0.02 - 0.01 * i / 8192 + rng.gauss(0.0, 0.01) for i in range(8192)]
+    raw = [(i + 1, v) for i, v in enumerate(losses)]
+    record = {"intervals": [0.001] * 8192, "waits": [0.0] * 8192, "sizes": [1] * 8192, "losses": losses, "warmup": 0}
+    thinned = summarize(record)["loss_curve"]
+    assert len(thinned) == MAX_CURVE_POINTS and thinned[-1][0] == 8192
+    whole = dict(smooth_curve(raw, 819))
+    for x, y in smooth_curve(thinned, 819):  # each point within a block's worth of the whole curve's mean
+        assert abs(y - whole[x]) < 0.0002, (x, y, whole[x])
+    # so the time to a target is the whole curve's, not the first lucky dip of 20 picked losses
+    target = 0.014
+    assert time_to_target(thinned, target, 1000.0, 8192).samples == pytest.approx(time_to_target(raw, target, 1000.0, 8192).samples, rel=0.1)

@@ -790,3 +790,23 @@ def test_each_trial_keeps_its_own_output_bounded_and_show_log_prints_it(tmp_path
     assert r.stderr.strip() == "autotune: error: study 'tiny' has no trial 7 (its trials are 0..1)"
     r = cli("show", db, "--log", check_rc=2)
     assert "--log prints one trial's output: give its number" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_race_of_other_math_stops_its_runs_at_the_baseline_s_loss_target(tmp_path, cli):
+    db = tmp_path / "t.db"
+    space = tmp_path / "space.yaml"  # another lr: other math, raced on the seconds to the baseline's loss
+    space.write_text("lr: {choices: [0.05, 0.2]}\n")
+    cli("search", MODELS / "tiny.py", "--samples", 2048, "--trials", 2, "--confirm", 1, "--confirm-samples", 2048,
+        "--confirm-share", 0.9, "--space", space, "--storage", f"sqlite:///{db}", env={"AUTOTUNE_CONFIRM": "1"}, check_rc=0)
+    study = load(db, "tiny")
+    target = study.user_attrs["baseline"]["loss_target"]
+    runs = [t for t in study.trials if "pair_of" in t.user_attrs]
+    assert len(runs) >= 4 and all(t.user_attrs["stop_at_target"] == target for t in runs)
+    stopped = [t for t in runs if t.user_attrs.get("stopped_at_target")]
+    # the candidate (4x the lr) reaches the baseline's loss + 5% long before its budget ends; every run that stopped
+    # did so once it had reached the target, at a check from a quarter of its budget on; the others trained it all
+    assert any(t.user_attrs["confirm_of"] != 0 for t in stopped), [t.user_attrs.get("samples_seen") for t in runs]
+    assert all(t.user_attrs["samples_seen"] == 2048 for t in runs if t not in stopped)
+    for t in stopped:
+        assert 512 <= t.user_attrs["samples_seen"] < 2048 and t.user_attrs["target_reached"]
+        assert t.user_attrs["samples_to_target"] <= t.user_attrs["samples_seen"]

@@ -52,6 +52,7 @@ DIGEST_KEYS = frozenset(
         "samples_per_sec",
         "stage",
         "steal_fraction",
+        "stopped_at_target",
         "target_reached",
         "time_to_target",
         "trial_samples",

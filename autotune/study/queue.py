@@ -366,7 +366,7 @@ def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
 
 
 #: User attributes a queued trial was given that its retry keeps (what it is: baseline, stage, seed, confirmation).
-_QUEUED_ATTRS = ("baseline", "stage", "screen", "seeded_from", "confirm_of", "confirm_samples", *PAIR_ATTRS)
+_QUEUED_ATTRS = ("baseline", "stage", "screen", "seeded_from", "confirm_of", "confirm_samples", "stop_at_target", *PAIR_ATTRS)
 
 
 def _requeue_interrupted(study, numbers: Sequence[int]) -> None:

@@ -4,7 +4,9 @@ Every paired run is an ordinary trial with these user attributes:
 
 - ``confirm_of``: the search trial whose config it runs; ``confirm_samples``: its training samples;
 - ``pair_of``: the candidate's search trial (which race); ``incumbent``: the incumbent's search trial;
-- ``pair_index``: the pair's place in the race (0, 1, ...); ``pair_cap``: the race's most pairs.
+- ``pair_index``: the pair's place in the race (0, 1, ...); ``pair_cap``: the race's most pairs;
+- ``stop_at_target`` (a race judged on the seconds to the study's loss target,
+  :func:`autotune.study.racing.stop_target`): the loss the run stops at; ``stopped_at_target``: it did.
 
 A race is keyed by ``(incumbent, pair_of, confirm_samples)``: re-reading the same stored runs gives
 the same verdict, so a resumed search continues a race from its stored pairs and a finished race is
@@ -162,12 +164,16 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
         if len(slot) == 2:
             inc, cand = slot["incumbent"], slot["candidate"]
             same_math = _same_math(inc.user_attrs.get("config"), cand.user_attrs.get("config"))
+            inc_loss = float(inc.user_attrs.get("loss", math.nan))
+            # a run stopped at the loss target (racing.stop_target) ends at other samples than its pair's:
+            # the final losses are not compared; the race is judged on the seconds to that target
+            stopped = inc.user_attrs.get("stopped_at_target") or cand.user_attrs.get("stopped_at_target")
             pairs.append(
                 Pair(
                     objective_value(inc, settings.objective),
                     objective_value(cand, settings.objective),
-                    float(inc.user_attrs.get("loss", math.nan)),
-                    float(cand.user_attrs.get("loss", math.nan)),
+                    inc_loss,
+                    inc_loss if stopped else float(cand.user_attrs.get("loss", math.nan)),
                     (inc.number, cand.number),
                     _reach(inc),
                     _reach(cand),

@@ -14,11 +14,13 @@ seconds and this run's own start-up, model inspection and memory probes. No pair
 confirmation seconds so far plus the pair's expected seconds would pass it, except the first race's
 first :data:`autotune.paired.MIN_PAIRS` (2) pairs, the fewest that can decide a race (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
-:func:`autotune.paired.fit_samples`).
+:func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
+run once it reaches that loss (:func:`stop_target`).
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
@@ -33,7 +35,7 @@ from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
 from autotune.ui import UI
 
-__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds"]
+__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds", "stop_target"]
 
 
 def confirm_budget(study, share: float, outside: float = 0.0) -> tuple[float, float, float]:
@@ -104,6 +106,36 @@ def confirm_samples(
     runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     return samples, f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+
+
+def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, incumbent, candidate) -> float | None:
+    """The loss at which a race's runs stop, or ``None`` (they train their whole budget).
+
+    A race of a candidate of other math than the incumbent (another effective batch, lr or constructor
+    arguments) under ``throughput`` or ``goodput`` is judged on each run's seconds to the study's loss
+    target (:func:`autotune.study.races.judge_race`), so each run stops once its training loss,
+    averaged over the last tenth of its budget, reaches that target, as MLPerf's time-to-train stops
+    at its quality target: the rest of the run would measure nothing the verdict reads. A run that never
+    reaches it trains its whole budget. Only a one-process trial (``--devices 1``, one node) stops
+    early: the ranks of a DDP trial would have to agree on the step.
+
+    Args:
+        settings: The study's settings.
+        baseline_info: The study's baseline attribute (its ``loss_target``: the baseline's smoothed
+            training loss at the end of its budget plus the loss tolerance).
+        incumbent, candidate: The two configs' search trials (frozen).
+    """
+    from autotune.config import TrialConfig
+    from autotune.study.math_class import is_preserving
+
+    target = (baseline_info or {}).get("loss_target")
+    if settings.objective not in ("throughput", "goodput") or target is None or not math.isfinite(float(target)):
+        return None
+    if int(settings.devices) * int(settings.num_nodes or 1) != 1:
+        return None
+    if is_preserving(TrialConfig.from_dict(candidate.user_attrs["config"]), TrialConfig.from_dict(incumbent.user_attrs["config"])):
+        return None
+    return float(target)
 
 
 def race_candidates(
@@ -206,6 +238,7 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, f
     """Queue and run pairs of one race until it is decided or the budget (``(share, outside seconds)``)
     stops it. Returns ``(race, runs this process ran)``."""
     ran, last = 0, None
+    stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
     while True:
         race = _current(study, settings, incumbent.number, candidate.number, samples, cap)
         if race.verdict.decided:
@@ -231,6 +264,8 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, f
                 "incumbent": incumbent.number,
                 "pair_cap": cap,
             }
+            if stop is not None:
+                attrs["stop_at_target"] = stop
             study.enqueue_trial(dict(config.params), user_attrs=attrs)
         ui.stage(f"pair {race.next_index if not race.missing else race.missing[0][0]}: trial {candidate.number}'s config", len(wanted))
         ran += drain_queue(

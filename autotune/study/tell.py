@@ -27,6 +27,7 @@ from autotune.host_load import HOST_LOAD_KEYS, merge_host_load
 from autotune.measure import merge_ranks
 from autotune.noise import noise_scale, statistical_efficiency
 from autotune.objective import (
+    TimeToTarget,
     constraint_value,
     final_loss,
     loss_target,
@@ -44,6 +45,8 @@ def _measure_attrs(outcome) -> dict[str, Any]:
     attrs["precision_ran"] = ranks[0].get("precision_ran")
     attrs["lr_ran"] = ranks[0].get("lr_ran")
     attrs["optimizer_ran"] = ranks[0].get("optimizer_ran")
+    if ranks[0].get("stopped_at_target"):
+        attrs["stopped_at_target"] = True
     attrs["applied"] = ranks[0].get("applied")
     return attrs
 
@@ -135,9 +138,11 @@ def _judge(
         else:
             baseline = study.user_attrs.get(BASELINE_ATTR)
             baseline_loss = loss if is_baseline else baseline["loss"]
-            if "pair_of" in trial.user_attrs and _budget(trial.user_attrs, settings) != int(settings.samples):
-                # a paired run at another budget: its loss is judged against its pair's, in the race; the
-                # sampler is told what the config's own full-budget trial was told
+            if "pair_of" in trial.user_attrs and (
+                _budget(trial.user_attrs, settings) != int(settings.samples) or attrs.get("stopped_at_target")
+            ):
+                # a paired run at another budget, or stopped at the loss target: its loss is judged in the race;
+                # the sampler is told what the config's own full-budget trial was told
                 original = study.get_trials(deepcopy=False)[int(trial.user_attrs["confirm_of"])]
                 told = original.user_attrs.get("constraint")
                 constraint = float(told) if told is not None else SHORT_RUN_CONSTRAINT
@@ -167,6 +172,11 @@ def _judge(
                 else baseline["loss_target"]
             )
             reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
+            seen = measured.get("samples_seen")
+            if attrs.get("stopped_at_target") and seen and not (reach.reached and reach.samples <= seen):
+                # it stopped because its loss over the window reached the target on the whole curve (the stored
+                # curve is thinned to block means: at the stop its window mean can sit a rounding above it)
+                reach = TimeToTarget(float(seen), float(seen) / sps, True)
             attrs["loss_target"] = target if math.isfinite(target) else None
             # JSON has no inf: a target never reached is stored as None (samples/seconds) with target_reached False
             attrs["time_to_target"] = reach.seconds if math.isfinite(reach.seconds) else None

@@ -14,6 +14,7 @@ import optuna
 
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, FailKind, stopped_by
+from autotune.objective import SMOOTHING_FRACTION
 from autotune.optuna_compat import heartbeat_interval, record_heartbeat, set_trial_system_attr
 from autotune.progress import PROGRESS_FILE_ENV, read_progress
 from autotune.pruning import ShadowStudy, intermediate_metric, milestone_steps
@@ -105,6 +106,8 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
             if reason is not None:
                 return _prune_predicted_oom(study, trial, reason, ui, FailKind.FAILED_CLASS)
     spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
+    if trial.user_attrs.get("stop_at_target") is not None:  # a timed paired run (autotune.study.racing.stop_target)
+        spec["stop_at_loss"] = [float(trial.user_attrs["stop_at_target"]), SMOOTHING_FRACTION * _budget(trial.user_attrs, settings)]
     if heartbeat_interval(study) is None:  # no heartbeats (a journal file, a gRPC proxy): other workers judge it by its cap
         set_trial_system_attr(study, trial, TIMEOUT_ATTR, float(settings.trial_timeout))
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,

@@ -1,0 +1,39 @@
+"""Timed races stop their runs at the study's loss target (autotune.study.racing.stop_target), and their
+stopped runs are judged on the seconds to it, not on their final losses."""
+
+from __future__ import annotations
+
+from autotune.study.races import races_of
+from autotune.study.racing import stop_target
+from study.helpers import add, make_settings, make_study, race
+
+INFO = {"trial": 0, "loss": 1.0, "loss_target": 0.42}
+
+
+def test_only_a_one_process_race_judged_on_the_seconds_to_the_target_stops_its_runs():
+    study = make_study()
+    base = add(study, 100.0, baseline=True)
+    bigger = add(study, 400.0, batch_size=64, lr=0.2)  # another effective batch and lr: other math
+    workers = add(study, 150.0, num_workers=2, precision="bf16-mixed")  # the baseline's math
+    settings = make_settings()
+    assert stop_target(settings, INFO, base, bigger) == 0.42
+    assert stop_target(settings, INFO, base, workers) is None  # judged on samples/s at the race's length
+    assert stop_target(settings.replace(devices=2), INFO, base, bigger) is None  # DDP ranks would have to agree
+    assert stop_target(settings.replace(objective="time-to-quality"), INFO, base, bigger) is None
+    assert stop_target(settings, {**INFO, "loss_target": None}, base, bigger) is None  # no loss curve: no target
+    assert stop_target(settings, None, base, bigger) is None
+
+
+def test_runs_stopped_at_the_target_are_judged_on_the_seconds_to_it_not_on_their_final_losses():
+    settings = make_settings()
+    for stopped, outcome in ((("incumbent", "candidate"), "win"), ((), "loss")):
+        study = make_study()
+        add(study, 100.0, baseline=True)
+        cand = add(study, 400.0, batch_size=64, lr=0.2)
+        # the candidate ends at a higher loss than the baseline (1.2 vs 1.0, past the 5% tolerance) but reached the
+        # study's loss target 5x sooner in both pairs: stopped there, the final losses say nothing
+        race(study, cand.number, [100.0, 102.0], [400.0, 398.0], incumbent_loss=1.0, candidate_loss=1.2,
+             reach=([6.0, 6.2], [1.2, 1.25]), stopped=stopped)
+        (got,) = races_of(study.get_trials(deepcopy=False), settings)
+        assert got.verdict.outcome == outcome, got.verdict
+    assert 4.5 < races_of(study.get_trials(deepcopy=False), settings)[0].verdict.ratio < 5.5
