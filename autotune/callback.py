@@ -327,6 +327,11 @@ class _MeasureHooks:
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.world_size = trainer.world_size
+        loop = trainer.fit_loop.epoch_loop
+        if not pl_module.automatic_optimization and len(trainer.optimizers) > 1 and loop.max_steps > 0:
+            # under manual optimization Lightning's global_step counts every optimizer.step(): a GAN's two
+            # optimizers reached max_steps at half the budget's batches; the budget's last batch stops it here
+            loop.max_steps *= len(trainer.optimizers)
         self.cuda = trainer.strategy.root_device.type == "cuda"
         loader = trainer.train_dataloader
         check_num_workers(loader, self.num_workers)

@@ -93,7 +93,7 @@ def test_a_run_on_a_busy_host_says_so_and_its_trials_run_on_the_other_cores(tmp_
     cores = sorted(os.sched_getaffinity(0))
     db = tmp_path / "busy.db"
     done = run_cli(
-        ["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{db}"],
+        ["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{db}", "--out", tmp_path / "best.yaml"],
         cwd=tmp_path,
         env={"AUTOTUNE_BUSY_CORES": str(cores[-1])},
         check_rc=0,
@@ -103,6 +103,8 @@ def test_a_run_on_a_busy_host_says_so_and_its_trials_run_on_the_other_cores(tmp_
     (trial,) = load(db, "tiny").trials
     applied = trial.user_attrs["applied"]
     assert applied["cpu_cores"] == len(cores) - 1 and applied["torch_threads"] == len(cores) - 1
+    # the export says what its figures were measured on
+    assert f"measured on {len(cores) - 1} of {len(cores)} cores ({len(cores) - 1} torch thread(s))" in (tmp_path / "best.yaml").read_text()
     # "none" uses every core whatever the load; a bad value is one line and exit code 2, before any study
     done = run_cli(["search", MODELS / "tiny.py", "--trials", 1, "--samples", 256, "--storage", f"sqlite:///{tmp_path / 'all.db'}"],
                    cwd=tmp_path, env={"AUTOTUNE_BUSY_CORES": "none"}, check_rc=0)

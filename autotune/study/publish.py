@@ -105,7 +105,8 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         *([advice] if (advice := input_bound_line(trial, settings, every)) else []),
         *([busy] if (busy := busy_run_line(every)) else []),
         f"hardware: {Hardware.from_dict(settings.hardware).describe()}, devices={config.devices}"
-        + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else ""),
+        + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else "")
+        + _cores_note(trial, settings),
         f"versions: {_versions()}",
         training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
         f"run: {run_hint(settings.cli, out, settings.model_class)}",
@@ -114,6 +115,18 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     check_out_path(out)
     write_private(out, render_yaml(doc, header, notes))
     return out
+
+
+def _cores_note(trial, settings) -> str:
+    """``"; measured on 1 of 2 cores ..."`` when the trial left out cores other work kept busy (:mod:`autotune.jobs`)."""
+    applied = trial.user_attrs.get("applied") or {}
+    cores, total = applied.get("cpu_cores"), (settings.hardware or {}).get("cpu_count")
+    if not cores or not total or cores >= total or trial.user_attrs.get("shared_host"):  # --jobs splits the cores itself
+        return ""
+    return (
+        f"; measured on {cores} of {total} cores ({applied.get('torch_threads')} torch thread(s)): the others were busy with "
+        "other work when the search started; training on every core of a busy machine can be much slower"
+    )
 
 
 def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> None:
