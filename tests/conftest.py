@@ -10,6 +10,10 @@ import pytest
 # Searches in tests skip the confirmation runs unless a test asks for them with --confirm K
 # (they would multiply the suite's time; tests/test_search_e2e.py checks confirmation itself).
 os.environ.setdefault("AUTOTUNE_CONFIRM", "0")
+# Searches use every core whatever the load: the other xdist worker keeps a core busy now and then, and a run
+# that left it out (autotune.jobs.measure_busy_cores) would measure on fewer cores than a test assumes;
+# tests/test_jobs.py and tests/test_host_load.py check leaving a busy core out.
+os.environ.setdefault("AUTOTUNE_BUSY_CORES", "none")
 # Likewise pruning (it would make trial states depend on timing); the pruning tests pass --pruner.
 os.environ.setdefault("AUTOTUNE_PRUNER", "none")
 # And the staged search: the tests that count or order trials assume every trial samples every knob
