@@ -395,6 +395,39 @@ def test_an_under_trained_failure_rules_out_fewer_steps_at_a_smaller_lr_only_and
     assert stage2_round(trials, fixed, k=3, context=context) == []
 
 
+def test_a_round_runs_one_config_per_convergence_question_and_passes_its_slower_twins_over():
+    """vit_digits: batch 128 with 1 and with 2 loader workers ran side by side at each of 3 lrs (6 of 8
+    full-budget runs on 3 questions), and batch 64 got none."""
+    from autotune.study.math_class import same_question
+    from autotune.study.staged import stage2_round
+
+    context, _ = _context("sqrt")
+    base = context.baseline  # batch 32, lr 0.01
+    assert same_question(base.replace(batch_size=128, num_workers=1), base.replace(batch_size=64, accumulate_grad_batches=2))
+    assert not same_question(base.replace(batch_size=128), base.replace(batch_size=128, lr=0.02))
+    assert same_question(base.replace(batch_size=128), base.replace(batch_size=128, lr=0.02), compare_lr=False)
+    assert not same_question(base.replace(batch_size=128), base.replace(batch_size=128, precision="bf16-mixed"))
+    assert not same_question(base.replace(batch_size=128), base.replace(batch_size=64))
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    short = dict(trial_samples=512)
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),
+        _full({"batch_size": 128, "num_workers": 1, **fixed}, 900.0, 1, None, context, **short),
+        _full({"batch_size": 128, "num_workers": 0, **fixed}, 850.0, 2, None, context, **short),
+        _full({"batch_size": 64, "num_workers": 0, **fixed}, 500.0, 3, None, context, **short),
+    ]
+    first = stage2_round(trials, fixed, k=3, context=context)
+    # 128 with 0 workers asks 128 with 1 worker's question (same batch, lr 0.02): batch 64 takes its place
+    assert [(p["batch_size"], p["num_workers"]) for p, _ in first] == [(128, 1), (64, 0)]
+    assert [context.config_of(p).lr for p, _ in first] == [pytest.approx(0.02), pytest.approx(0.01 * 2 ** 0.5)]
+    # after 128 (1 worker) failed under-trained, the twin is ruled out at lr 0.02 and the round raises the lr once
+    falling = [[x, 2.0 - x / 1000] for x in range(100, 1100, 100)]
+    trials.append(_full(first[0][0], 900.0, 4, False, context, loss_curve=falling))
+    second = stage2_round(trials, fixed, k=3, context=context)
+    raised = [p for p, _ in second if p["batch_size"] == 128]
+    assert len(raised) == 1 and raised[0]["num_workers"] == 1 and raised[0]["lr"] > 0.02
+
+
 def test_stage_2_gives_the_fastest_sane_math_preserving_config_a_full_budget_run_first():
     from autotune.study.staged import stage2_round
 

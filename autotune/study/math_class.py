@@ -42,6 +42,7 @@ __all__ = [
     "raised_lr_needed",
     "rule_lr",
     "ruled_out_at_any_lr",
+    "same_question",
     "split_accumulation",
     "still_improving",
 ]
@@ -318,6 +319,18 @@ def raised_lr_needed(config: TrialConfig, failures: Iterable[Failure], baseline:
         if improving and _same_class(failed, config) and config.effective_batch_size >= failed.effective_batch_size
     ]
     return max(needed) if needed else None
+
+
+def same_question(a: TrialConfig, b: TrialConfig, compare_lr: bool = True) -> bool:
+    """Whether a full-budget run of ``a`` asks ``b``'s convergence question: the same effective batch,
+    precision and constructor arguments (and ``lr`` with ``compare_lr``), differing only in knobs that
+    keep the math (``num_workers``, the micro-batch x accumulation split, DataLoader options). One
+    run's loss answers for both: when it fails, the other's class is ruled out (:func:`failed_class`);
+    when it passes, the slower of the two cannot win. Stage 2 of ``--search staged`` runs only the
+    faster of two such configs in a round. Measured (the zoo's vit_digits, before): batch 128 with 1 and
+    with 2 loader workers ran side by side at each of 3 lrs, 6 of 8 full-budget runs on 3 questions,
+    and batch 64 got none."""
+    return a.effective_batch_size == b.effective_batch_size and _same_class(a, b) and (not compare_lr or _same_lr(a.lr, b.lr))
 
 
 def _same_class(a: TrialConfig, b: TrialConfig) -> bool:

@@ -27,6 +27,7 @@ from autotune.study.math_class import (
     raised_lr_needed,
     rule_lr,
     ruled_out_at_any_lr,
+    same_question,
     split_accumulation,
 )
 from autotune.study.memo import per_finished_trial
@@ -326,13 +327,22 @@ def stage2_round(
         ):
             raised = context.raised_point(first, failures)  # under-trained: every smaller lr is ruled out; next up or none
             if raised is not None and not any(_same({n: t.params.get(n) for n in raised}, raised) for t in mine):
-                out.append((raised, {"stage": "full"}))
+                out.extend([] if _twin_asked(raised, out, context) else [(raised, {"stage": "full"})])
             continue
         # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
         # optimizer steps, which failed_class rules out once the class failed)
         again = {**system, **({k: v for k, v in fixed.items() if k == "accumulate_grad_batches"} if context is not None else {})}
-        out.append((again if done else first, {"stage": "full"}))
+        point = again if done else first
+        if context is None or not _twin_asked(point, out, context):
+            out.append((point, {"stage": "full"}))
     return out
+
+
+def _twin_asked(point: Mapping[str, Any], out: Sequence[tuple[dict, dict]], context: MathContext) -> bool:
+    """Whether the round ``out`` already asks ``point``'s convergence question, from a faster system
+    config (ranked first): :func:`autotune.study.math_class.same_question`, on ``lr`` when both fix it."""
+    config = context.config_of(point)
+    return any(same_question(config, context.config_of(o), "lr" in point and "lr" in o) for o, _ in out)
 
 
 def _preserving_round(
