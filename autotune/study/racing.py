@@ -11,8 +11,9 @@ continues each race where it stopped and a decided race is never run again.
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
 run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: the study's search
 seconds and this run's own start-up, model inspection and memory probes. No pair starts when the
-confirmation seconds so far plus the pair's expected seconds would pass it, except the first race's
-first :data:`autotune.paired.MIN_PAIRS` (2) pairs, the fewest that can decide a race (the training
+confirmation seconds so far plus the pair's expected seconds would pass it; the first race starts only
+when its first :data:`autotune.paired.MIN_PAIRS` (2) pairs, the fewest that can decide a race, are
+expected to fit, and then gets both whatever the second costs (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
 :func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
 run once it reaches that loss (:func:`stop_target`).
@@ -30,7 +31,7 @@ from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
 from autotune.study.races import Race, races_of
-from autotune.study.records import _budget, confirm_candidates
+from autotune.study.records import UNRACED_ATTR, _budget, confirm_candidates
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
 from autotune.ui import UI
@@ -206,6 +207,14 @@ def race_candidates(
                 study, settings, ui, incumbent, candidate, samples, cap, (share, outside), i == 0, pools, storage_url, run_id, plan
             )
             ran += done
+            if race.stopped and not race.pairs and i == 0:
+                study.set_user_attr(UNRACED_ATTR, samples)
+                ui.info(
+                    f"confirmation: {MIN_PAIRS} pairs of trial {candidate.number}'s config vs the baseline, the fewest that "
+                    f"can decide a race, would take confirmation past its budget ({allowed:.0f} s, {share:.0%} of the run): not "
+                    "raced, and the baseline is recommended; a longer search (--trials) or --confirm-share 0.3 makes room"
+                )
+                break
             versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
             v = race.verdict
             figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, versus) if v.pairs else f"vs {versus}"
@@ -285,8 +294,9 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, f
 
 def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float], first: bool) -> bool:
     """Whether the next pair of ``race`` would take confirmation past its budget (``(share, outside
-    seconds)``, :func:`confirm_budget`; never before the first race has its minimum pairs)."""
-    if first and len(race.pairs) < MIN_PAIRS:
+    seconds)``, :func:`confirm_budget`). The first race starts only when its :data:`MIN_PAIRS` pairs, the
+    fewest that can decide it, are expected to fit (:func:`pair_seconds`), and then always gets them."""
+    if first and 0 < len(race.pairs) < MIN_PAIRS:
         return False
     _, spent, allowed = confirm_budget(study, *budget)
     if race.pairs:
@@ -294,7 +304,25 @@ def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidat
         pair = [every[n] for n in race.pairs[-1].runs]
         expected = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in pair if t.datetime_complete and t.datetime_start)
     else:
-        expected = sum(
-            o + race.samples / sps for o, sps in (run_seconds(t, settings, race.samples) for t in (incumbent, candidate)) if sps > 0
-        )
+        stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
+        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None) * (MIN_PAIRS if first else 1)
     return spent + expected > allowed
+
+
+def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool) -> float:
+    """Seconds one pair of runs of ``samples`` of the two ``configs`` (their search trials) is expected to
+    take: each trial's overhead (:func:`run_seconds`) plus its samples over its samples/s. With
+    ``stops`` (a race whose runs stop at the loss target, :func:`stop_target`) a run whose search trial
+    reached the target trains only to where it did (at least the quarter of the run before the first
+    check), as MLPerf's runs stop at their quality target."""
+    total = 0.0
+    for trial in configs:
+        overhead, sps = run_seconds(trial, settings, samples)
+        if sps <= 0:
+            continue
+        trained = float(samples)
+        reach = trial.user_attrs.get("time_to_target")
+        if stops and trial.user_attrs.get("target_reached") and reach is not None and math.isfinite(float(reach)):
+            trained = min(trained, max(samples / 4, float(reach) * sps))
+        total += overhead + trained / sps
+    return total

@@ -228,6 +228,11 @@ def _slower_to_target(trial, base) -> bool:
     return mine is None or float(mine) > float(theirs)
 
 
+#: Study attribute set when confirmation ran but its first race did not start (its minimum pairs would
+#: pass the budget, :mod:`autotune.study.racing`): the samples per paired run it would have had.
+UNRACED_ATTR = "confirm_unraced"
+
+
 def confirmation(study, settings: StudySettings, trials: list | None = None):
     """The study's paired confirmation at its latest confirmation budget (:mod:`autotune.study.races`).
 
@@ -235,14 +240,23 @@ def confirmation(study, settings: StudySettings, trials: list | None = None):
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
-        A :class:`autotune.study.races.Confirmation`, or ``None`` when the study has no paired run.
+        A :class:`autotune.study.races.Confirmation`, or ``None`` when the study has no paired run. A
+        study whose first race was not started because its minimum pairs would pass the confirmation
+        budget (:data:`UNRACED_ATTR`) has one with no race: the baseline is recommended.
     """
 
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
         return None
     every = study.get_trials(deepcopy=False) if trials is None else trials
-    return confirmation_of(every, settings, baseline_info["trial"])
+    confirmed = confirmation_of(every, settings, baseline_info["trial"])
+    unraced = study.user_attrs.get(UNRACED_ATTR)
+    if confirmed is None and unraced is not None:
+        from autotune.study.races import Confirmation
+
+        base = baseline_info["trial"]
+        return Confirmation((), (), base, base, int(unraced), 1.0, 1.0, 1.0, 0, None, None)
+    return confirmed
 
 
 def recommendation(study, settings: StudySettings, trials: list | None = None):

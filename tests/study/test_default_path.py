@@ -24,7 +24,8 @@ def test_the_default_search_screens_short_trains_the_fastest_in_full_and_confirm
     # (num_workers, not precision: a CPU without bfloat16 instructions has bf16 ruled out of the space)
     space.write_text("batch_size: {choices: [16, 32]}\nnum_workers: {choices: [0, 1]}\n"
                      "accumulate_grad_batches: {choices: [1, 2]}\nlr: {low: 0.5, high: 2.0, relative: true}\n")
-    r = cli("search", MODELS / "tiny.py", "--trials", 6, "--samples", 2048, "--confirm-samples", 512,
+    # --confirm-share 0.5: the slow baseline's 2 minimum pairs would pass 20% of so short a search (no race would start)
+    r = cli("search", MODELS / "tiny.py", "--trials", 6, "--samples", 2048, "--confirm-samples", 512, "--confirm-share", 0.5,
             "--space", space, "--storage", f"sqlite:///{db}", env={**DEFAULTS, **SLOW_16}, check_rc=0)
     assert "staged search: 3 system-knob screening run(s)" in r.stdout
     study = load(db, "tiny")
@@ -34,7 +35,7 @@ def test_the_default_search_screens_short_trains_the_fastest_in_full_and_confirm
     short = [t for t in trials if t.user_attrs.get("stage") == "system"]
     full = [t for t in trials if t.user_attrs.get("stage") == "full"]
     runs = [t for t in trials if "confirm_of" in t.user_attrs]
-    assert len(short) == 3 and len(full) == 2 and len(trials) == 6 + len(runs)
+    assert len(short) == 3 and 1 <= len(full) <= 2 and len(trials) - len(runs) == 6
     rule = base.params["lr"] * 2  # batch 32 is twice the baseline's effective batch: linear rule (tiny.py trains with SGD)
     for t in short:  # math-preserving first (the baseline's lr), then batch 32 at the lr rule's; a short budget, not judged
         preserving = t.user_attrs["math"] == "preserving"
@@ -50,8 +51,9 @@ def test_the_default_search_screens_short_trains_the_fastest_in_full_and_confirm
     changed = [t for t in full if t.user_attrs["math"] == "changing"]
     assert len(same) <= 1 and changed and full[: len(same)] == same
     assert all(t.params["batch_size"] == 16 and t.params["lr"] == base.params["lr"] for t in same)
-    if not same:
-        assert sorted(t.params["num_workers"] for t in full) == [0, 1]
+    if not same:  # the two batch-32 configs ask one question (batch, lr): the faster screen runs it first
+        fastest = max((t for t in short if t.user_attrs["math"] == "changing"), key=lambda t: t.user_attrs["samples_per_sec"])
+        assert full[0].params["num_workers"] == fastest.params["num_workers"]
     for t in changed:
         assert t.params["batch_size"] == 32 and t.params["lr"] == pytest.approx(rule) and t.params["accumulate_grad_batches"] == 1
     for t in full:

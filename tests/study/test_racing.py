@@ -37,3 +37,26 @@ def test_runs_stopped_at_the_target_are_judged_on_the_seconds_to_it_not_on_their
         (got,) = races_of(study.get_trials(deepcopy=False), settings)
         assert got.verdict.outcome == outcome, got.verdict
     assert 4.5 < races_of(study.get_trials(deepcopy=False), settings)[0].verdict.ratio < 5.5
+
+
+def test_a_pair_is_expected_to_take_each_trial_s_overhead_plus_its_samples_and_stopped_runs_only_to_the_target():
+    import datetime
+    from types import SimpleNamespace
+
+    from autotune.study.racing import pair_seconds
+
+    settings = make_settings()  # 1,024 samples per trial
+    t0 = datetime.datetime(2026, 1, 1)
+
+    def trial(wall, sps, **attrs):  # a search trial of settings.samples at sps: its overhead is wall - samples / sps
+        end = t0 + datetime.timedelta(seconds=wall)
+        return SimpleNamespace(datetime_start=t0, datetime_complete=end, user_attrs={"samples_per_sec": sps, **attrs})
+
+    samples = settings.samples
+    base = trial(3.0 + samples / 100.0, 100.0, time_to_target=8.0, target_reached=True)  # reached at 800 samples
+    fast = trial(1.0 + samples / 400.0, 400.0, time_to_target=0.5, target_reached=True)  # at 200: under a quarter
+    assert pair_seconds(settings, samples, (base, fast), False) == 3.0 + samples / 100.0 + 1.0 + samples / 400.0
+    # stopped at the target: the baseline trains to 800 samples, the candidate to the quarter of its run checked first
+    assert abs(pair_seconds(settings, samples, (base, fast), True) - (3.0 + 8.0 + 1.0 + samples / 4 / 400.0)) < 1e-9
+    never = trial(3.0 + samples / 100.0, 100.0, time_to_target=float("inf"), target_reached=False)
+    assert abs(pair_seconds(settings, 2 * samples, (never, fast), True) - (3.0 + 2 * samples / 100.0 + 1.0 + 2 * samples / 4 / 400.0)) < 1e-9
