@@ -80,7 +80,8 @@ def busy_run_line(trials: Iterable[Any]) -> str | None:
     worst = max(busy, key=lambda t: t.user_attrs["other_cpu_fraction"])
     return (
         f"busy machine: {len(busy)} of {len(measured)} measured trial(s) ran while other processes took >= {BUSY_OTHER_CPU_FRACTION:.0%} "
-        f"of the CPU; the busiest, trial {worst.number}, ran while {_taken(worst.user_attrs)}: their samples/s understate their configs"
+        f"of the CPU; the busiest, trial {worst.number}, ran while {_taken(worst.user_attrs)}: their samples/s understate their configs "
+        "(a core that other work keeps busy can be left out of the trials with $AUTOTUNE_BUSY_CORES, docs/report.md)"
     )
 
 

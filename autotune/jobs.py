@@ -183,6 +183,8 @@ def measure_busy_cores(window: float = 0.3) -> dict[int, float | None]:
             raise UsageError(f"{ENV_BUSY_CORES}={given!r}: give core numbers separated by commas (2,3), or none") from None
         if not set(_BUSY) <= set(usable_cpus()):
             raise UsageError(f"{ENV_BUSY_CORES}={given!r}: this process runs on {_cores(usable_cpus())}; name some of those, or none")
+        if set(_BUSY) == set(usable_cpus()):
+            raise UsageError(f"{ENV_BUSY_CORES}={given!r} names every core this process runs on; leave at least one free, or give none")
     else:
         _BUSY.update(busy_cores(usable_cpus(), window))
     return dict(_BUSY)

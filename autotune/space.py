@@ -179,9 +179,13 @@ def parse_space(data: Any, source: str = "<space>") -> Space:
 def _parse_knob(name: Any, spec: Any, source: str) -> KnobSpec:
     """One knob of a space file: its name checked, then its ``choices`` or its range."""
     if not isinstance(name, str) or (name not in KNOB_TYPES and user_arg(name) is None):
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(KNOB_TYPES), n=1)
         raise SpaceError(
-            f"{source}: unknown knob {name!r}; known knobs: {sorted(KNOB_TYPES)}, or model.<argument> / "
-            "data.<argument> for a constructor argument of your LightningModule / LightningDataModule"
+            f"{source}: unknown knob {name!r}{f' (did you mean {close[0]!r}?)' if close else ''}; known knobs: "
+            f"{sorted(KNOB_TYPES)}, or model.<argument> / data.<argument> for a constructor argument of your "
+            "LightningModule / LightningDataModule"
         )
     kind = KNOB_TYPES.get(name, object)
     where = f"{name}"

@@ -46,7 +46,8 @@ def test_the_run_gets_one_line_naming_the_busiest_trial_and_the_count():
     line = busy_run_line(trials)
     assert line == (
         "busy machine: 2 of 3 measured trial(s) ran while other processes took >= 25% of the CPU; the busiest, trial 2, ran while "
-        "other processes took 71% of the CPU (load average 4.2 on 2 cores): their samples/s understate their configs"
+        "other processes took 71% of the CPU (load average 4.2 on 2 cores): their samples/s understate their configs "
+        "(a core that other work keeps busy can be left out of the trials with $AUTOTUNE_BUSY_CORES, docs/report.md)"
     )
     assert "\n" not in line
     assert busy_run_line(trials[:1] + trials[3:4]) is None  # quiet: no line

@@ -116,4 +116,9 @@ def test_a_run_on_a_busy_host_says_so_and_its_trials_run_on_the_other_cores(tmp_
     bad = run_cli(["search", MODELS / "tiny.py", "--storage", f"sqlite:///{tmp_path / 'bad.db'}"], cwd=tmp_path,
                   env={"AUTOTUNE_BUSY_CORES": "4096"}, check_rc=2)
     assert "AUTOTUNE_BUSY_CORES='4096': this process runs on cores" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    every = ",".join(map(str, cores))  # every core: nothing would be left out, which the user did not mean
+    bad = run_cli(["search", MODELS / "tiny.py", "--storage", f"sqlite:///{tmp_path / 'bad.db'}"], cwd=tmp_path,
+                  env={"AUTOTUNE_BUSY_CORES": every}, check_rc=2)
+    assert bad.stderr.strip().splitlines() == [
+        f"autotune: error: AUTOTUNE_BUSY_CORES={every!r} names every core this process runs on; leave at least one free, or give none"]
     assert not (tmp_path / "bad.db").exists()

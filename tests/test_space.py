@@ -29,7 +29,8 @@ def test_default_space_is_valid_and_has_the_five_knobs():
 @pytest.mark.parametrize(
     "data, match",
     [
-        ({"batchsize": {"choices": [1]}}, r"unknown knob 'batchsize'; known knobs: \['accumulate_grad_batches'"),
+        ({"batchsize": {"choices": [1]}}, r"unknown knob 'batchsize' \(did you mean 'batch_size'\?\); known knobs: \['accumulate_grad"),
+        ({"zzz": {"choices": [1]}}, r"unknown knob 'zzz'; known knobs: "),
         ({"batch_size": {"choices": []}}, r"batch_size.choices must be a non-empty list"),
         ({"batch_size": {"choices": [0, 8]}}, r"batch_size.choices: 0 is below the minimum 1"),
         ({"batch_size": {"choices": ["big"]}}, r"batch_size.choices must be an integer, got 'big'"),

@@ -11,9 +11,9 @@ continues each race where it stopped and a decided race is never run again.
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
 run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: the study's search
 seconds and this run's own start-up, model inspection and memory probes. No pair starts when the
-confirmation seconds so far plus the pair's expected seconds would pass it; the first race starts only
-when its first :data:`autotune.paired.MIN_PAIRS` (2) pairs, the fewest that can decide a race, are
-expected to fit, and then gets both whatever the second costs (the training
+confirmation seconds so far plus the pair's expected seconds (the race's longest pair so far; before
+its first, what the two search trials predict) would pass it, the first race's included; a race
+needs :data:`autotune.paired.MIN_PAIRS` (2) pairs to be decided (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
 :func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
 run once it reaches that loss (:func:`stop_target`).
@@ -204,15 +204,15 @@ def race_candidates(
     try:
         for i, candidate in enumerate(candidates):
             race, done = _run_race(
-                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), i == 0, pools, storage_url, run_id, plan
+                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan
             )
             ran += done
             if race.stopped and not race.pairs and i == 0:
                 study.set_user_attr(UNRACED_ATTR, samples)
                 ui.info(
-                    f"confirmation: {MIN_PAIRS} pairs of trial {candidate.number}'s config vs the baseline, the fewest that "
-                    f"can decide a race, would take confirmation past its budget ({allowed:.0f} s, {share:.0%} of the run): not "
-                    "raced, and the baseline is recommended; a longer search (--trials) or --confirm-share 0.3 makes room"
+                    f"confirmation: a pair of runs of trial {candidate.number}'s config and the baseline would take confirmation "
+                    f"past its budget ({allowed:.0f} s, {share:.0%} of the run): not raced, and the baseline is recommended; "
+                    "a longer search (--trials) or --confirm-share 0.3 makes room"
                 )
                 break
             versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
@@ -243,7 +243,7 @@ def _current(study, settings: StudySettings, incumbent: int, candidate: int, sam
     return Race(incumbent, candidate, samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
 
 
-def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, first, pools, storage_url, run_id, plan) -> tuple[Race, int]:
+def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, pools, storage_url, run_id, plan) -> tuple[Race, int]:
     """Queue and run pairs of one race until it is decided or the budget (``(share, outside seconds)``)
     stops it. Returns ``(race, runs this process ran)``."""
     ran, last = 0, None
@@ -253,7 +253,7 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, f
         if race.verdict.decided:
             return race, ran
         if not race.pending and not race.missing:
-            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, budget, first):
+            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, budget):
                 return race, ran
             wanted = [(race.next_index, runs_first(race.next_index))]
             wanted.append((race.next_index, "candidate" if wanted[0][1] == "incumbent" else "incumbent"))
@@ -292,20 +292,25 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, f
         )
 
 
-def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float], first: bool) -> bool:
+def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float]) -> bool:
     """Whether the next pair of ``race`` would take confirmation past its budget (``(share, outside
-    seconds)``, :func:`confirm_budget`). The first race starts only when its :data:`MIN_PAIRS` pairs, the
-    fewest that can decide it, are expected to fit (:func:`pair_seconds`), and then always gets them."""
-    if first and 0 < len(race.pairs) < MIN_PAIRS:
-        return False
+    seconds)``, :func:`confirm_budget`): its longest pair so far, or before any, the pair the two search
+    trials predict (:func:`pair_seconds`). No race is exempt, the first included: a pair that would pass
+    the budget never starts."""
     _, spent, allowed = confirm_budget(study, *budget)
     if race.pairs:
         every = study.get_trials(deepcopy=False)
-        pair = [every[n] for n in race.pairs[-1].runs]
-        expected = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in pair if t.datetime_complete and t.datetime_start)
+        expected = max(
+            sum(
+                (t.datetime_complete - t.datetime_start).total_seconds()
+                for t in (every[n] for n in p.runs)
+                if t.datetime_complete and t.datetime_start
+            )
+            for p in race.pairs
+        )
     else:
         stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
-        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None) * (MIN_PAIRS if first else 1)
+        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None)
     return spent + expected > allowed
 
 
