@@ -67,10 +67,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
             f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective)} ({samples} samples per run)"
         ]
     else:
-        lines = [
-            f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {samples} samples: "
-            "the baseline is recommended (1.00x)"
-        ]
+        lines = [_unconfirmed_line(confirmed, objective)]
     for race in confirmed.races:
         v = race.verdict
         versus = "the baseline" if race.incumbent == confirmed.baseline else f"trial {race.incumbent}'s config"
@@ -83,6 +80,29 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         figure = f", {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, versus)}" if v.pairs else f" vs {versus}"
         lines.append(f"race: trial {race.candidate}'s config{figure}: {how}")
     return lines
+
+
+def _unconfirmed_line(confirmed: Any, objective: str) -> str:
+    """The outcome line of a confirmation that chose the baseline: whether no candidate was raced (the
+    budget had no room for a pair), a race was stopped by the budget before a decision with its
+    candidate ahead (a speed-up perhaps left unproven: what makes room), or every race was decided."""
+    room = "a longer search (--trials) or --confirm-share 0.3 makes room"
+    if not confirmed.races:
+        return (
+            "not confirmed: a pair of runs of the best candidate and the baseline would take confirmation past its budget, "
+            f"so no race ran: the baseline is recommended (1.00x); {room}"
+        )
+    ahead = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs and r.verdict.ratio > 1]
+    if ahead and confirmed.races[0] in ahead:
+        v = ahead[0].verdict
+        return (
+            f"not confirmed: trial {ahead[0].candidate}'s config was {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}, "
+            f"but the confirmation budget stopped its race before a decision: the baseline is recommended (1.00x); {room}"
+        )
+    return (
+        f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "
+        "the baseline is recommended (1.00x)"
+    )
 
 
 def frontier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:

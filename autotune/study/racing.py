@@ -13,7 +13,8 @@ run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: th
 seconds and this run's own start-up, model inspection and memory probes. No pair starts when the
 confirmation seconds so far plus the pair's expected seconds (the race's longest pair so far; before
 its first, what the two search trials predict) would pass it, the first race's included; a race
-needs :data:`autotune.paired.MIN_PAIRS` (2) pairs to be decided (the training
+needs :data:`autotune.paired.MIN_PAIRS` (2) pairs to be decided, and a race after the first starts
+only when all of them are expected to fit (:func:`_over_budget`) (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
 :func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
 run once it reaches that loss (:func:`stop_target`).
@@ -204,7 +205,7 @@ def race_candidates(
     try:
         for i, candidate in enumerate(candidates):
             race, done = _run_race(
-                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan
+                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan, i == 0
             )
             ran += done
             if race.stopped and not race.pairs and i == 0:
@@ -216,6 +217,12 @@ def race_candidates(
                 )
                 break
             versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
+            if race.stopped and not race.pairs:
+                ui.info(
+                    f"confirmation: the {MIN_PAIRS} pairs a race of trial {candidate.number}'s config against {versus} needs would take "
+                    f"confirmation past its budget ({allowed:.0f} s, {share:.0%} of the run): it and the remaining candidates are not raced"
+                )
+                break
             v = race.verdict
             figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, versus) if v.pairs else f"vs {versus}"
             ui.info(
@@ -243,9 +250,9 @@ def _current(study, settings: StudySettings, incumbent: int, candidate: int, sam
     return Race(incumbent, candidate, samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
 
 
-def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, pools, storage_url, run_id, plan) -> tuple[Race, int]:
+def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, pools, storage_url, run_id, plan, first) -> tuple[Race, int]:
     """Queue and run pairs of one race until it is decided or the budget (``(share, outside seconds)``)
-    stops it. Returns ``(race, runs this process ran)``."""
+    stops it (``first``: the first race, see :func:`_over_budget`). Returns ``(race, runs this process ran)``."""
     ran, last = 0, None
     stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
     while True:
@@ -253,7 +260,7 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
         if race.verdict.decided:
             return race, ran
         if not race.pending and not race.missing:
-            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, budget):
+            if race.next_index >= max(cap, 3) or _over_budget(study, settings, race, incumbent, candidate, budget, first):
                 return race, ran
             wanted = [(race.next_index, runs_first(race.next_index))]
             wanted.append((race.next_index, "candidate" if wanted[0][1] == "incumbent" else "incumbent"))
@@ -292,11 +299,20 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
         )
 
 
-def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float]) -> bool:
+def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidate, budget: tuple[float, float], first: bool) -> bool:
     """Whether the next pair of ``race`` would take confirmation past its budget (``(share, outside
     seconds)``, :func:`confirm_budget`): its longest pair so far, or before any, the pair the two search
     trials predict (:func:`pair_seconds`). No race is exempt, the first included: a pair that would pass
-    the budget never starts."""
+    the budget never starts.
+
+    A race after the first (``first`` false) also starts, and goes on below
+    :data:`autotune.paired.MIN_PAIRS` pairs, only when all the pairs it needs to be decided are expected
+    to fit: one pair decides nothing, and a later race can only improve on what the chain holds (the
+    demo ``BoringModel`` beside a CPU hog ran one pair of its second race, 0.98x, before the budget
+    stopped it). The first race starts when one pair fits: the prediction is off by up to a third on a
+    noisy machine either way (18.9 s for demo ``Transformer``'s pair that took 21.2 s; 22 s for demo
+    ``BoringModel``'s 2 pairs that took 16 s), and asking for 2 cost that model its 19x win; it is the
+    only race that can find any speed-up at all."""
     _, spent, allowed = confirm_budget(study, *budget)
     if race.pairs:
         every = study.get_trials(deepcopy=False)
@@ -311,7 +327,8 @@ def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidat
     else:
         stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
         expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None)
-    return spent + expected > allowed
+    need = 1 if first else max(1, MIN_PAIRS - len(race.pairs))
+    return spent + need * expected > allowed
 
 
 def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool) -> float:

@@ -60,3 +60,47 @@ def test_a_pair_is_expected_to_take_each_trial_s_overhead_plus_its_samples_and_s
     assert abs(pair_seconds(settings, samples, (base, fast), True) - (3.0 + 8.0 + 1.0 + samples / 4 / 400.0)) < 1e-9
     never = trial(3.0 + samples / 100.0, 100.0, time_to_target=float("inf"), target_reached=False)
     assert abs(pair_seconds(settings, 2 * samples, (never, fast), True) - (3.0 + 2 * samples / 100.0 + 1.0 + 2 * samples / 4 / 400.0)) < 1e-9
+
+
+def test_a_later_race_starts_only_when_the_pairs_it_needs_fit_the_first_when_one_does():
+    from autotune.study.racing import _current, _over_budget
+
+    study = make_study()
+    base = add(study, 100.0, baseline=True)
+    cand = add(study, 400.0, num_workers=2)  # the baseline's math: its runs train all 1,024 samples
+    other = add(study, 380.0, num_workers=1)
+    # 200 s of search allow 50 s of confirmation (20% of the run); 30 s are spent; a pair is expected to take
+    # 1,024 / 100 + 1,024 / 400 = 12.8 s (no start-up: these trials have no wall times)
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}, {"stage": "confirm", "wall_seconds": 30.0}])
+    settings = make_settings()
+    budget = (0.2, 0.0)
+    empty = _current(study, settings, base.number, cand.number, settings.samples, 6)
+    assert not _over_budget(study, settings, empty, base, cand, budget, True)  # 42.8 s: one pair fits
+    # the next candidate against the baseline (the first race lost): 1,024 / 100 + 1,024 / 380 = 12.9 s a pair
+    later = _current(study, settings, base.number, other.number, settings.samples, 6)
+    assert _over_budget(study, settings, later, base, other, budget, False)  # its 2 pairs: 55.9 s > 50 s
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}, {"stage": "confirm", "wall_seconds": 20.0}])
+    assert not _over_budget(study, settings, later, base, other, budget, False)  # 45.9 s: both fit
+
+
+def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead():
+    from autotune.study.races import Confirmation
+    from autotune.study.records import confirmation
+    from autotune.summary import confirmation_lines
+
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    cand = add(study, 150.0, num_workers=2)
+    assert confirmation_lines(Confirmation((), (), 0, 0, 1024, 1.0, 1.0, 1.0, 0, None, None), "throughput")[0].startswith(
+        "not confirmed: a pair of runs of the best candidate and the baseline would take confirmation past its budget"
+    )
+    race(study, cand.number, [100.0], [150.0])  # one pair, 1.5x, and the budget stopped the race
+    (line, *races) = confirmation_lines(confirmation(study, settings), "throughput")
+    assert line.startswith(f"not confirmed: trial {cand.number}'s config was 1.50x faster over 1 paired run(s) vs the baseline")
+    assert "--confirm-share 0.3" in line and "stopped before a decision" in races[0]
+    decided = make_study()
+    add(decided, 100.0, baseline=True)
+    race(decided, add(decided, 150.0, num_workers=2).number, [100.0, 100.0, 100.0], [99.0, 101.0, 98.0])  # not faster
+    (line, *_) = confirmation_lines(confirmation(decided, settings), "throughput")
+    assert line.startswith("confirmed: no candidate was shown at least 5% better than the baseline")
