@@ -67,7 +67,8 @@ class LossLog:
         # training_step returns no loss; a validation or test metric is never read per batch
         self.logged_name = logged_name if logged_name and not logged_name.startswith(_NOT_PER_BATCH) else None
         self._last_logged: Any = None  # the logged tensor last kept (a stale one is not kept again)
-        self._losses: list[Any] = []  # 0-d float tensors, or None for a batch that returned no loss
+        self._losses: list[Any] = []  # floats once checked, 0-d float tensors before, None for a batch that returned no loss
+        self._checked = 0  # batches whose losses check_finite has read (and turned into floats)
 
     def add(self, outputs: Any, logged: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
         """Keep the loss of a batch from what ``training_step`` returned (a tensor, or a dict with ``loss``).
@@ -113,15 +114,20 @@ class LossLog:
         """
         import torch
 
-        pending = [(i, loss) for i, loss in enumerate(self._losses) if isinstance(loss, torch.Tensor)]
+        start, self._checked = self._checked, len(self._losses)
+        pending = [(i, loss) for i, loss in enumerate(self._losses[start:], start) if isinstance(loss, torch.Tensor)]
         if not pending:
             return
-        stacked = torch.stack([loss for _, loss in pending])
-        bad = ~torch.isfinite(stacked)
-        if bool(bad.any()):
-            first = pending[int(bad.nonzero()[0])][0]
+        # only the batches since the last check, read once and kept as floats: every check reading the whole
+        # run was quadratic in its batches, and its seconds were charged to the config's steps (a small batch's most)
+        floats = torch.stack([loss for _, loss in pending]).tolist()
+        for (i, _), value in zip(pending, floats):
+            self._losses[i] = value
+        bad = next(((i, v) for (i, _), v in zip(pending, floats) if not math.isfinite(v)), None)
+        if bad is not None:
+            first, value = bad
             seen = sum(sizes[: first + 1]) * world_size
-            raise TrialFault("nonfinite_loss", f"non-finite loss ({float(stacked[bad][0])}) at batch {first} after {seen} samples")
+            raise TrialFault("nonfinite_loss", f"non-finite loss ({value}) at batch {first} after {seen} samples")
 
     def recent(self, batches: int = 8) -> float | None:
         """Mean loss of the last ``batches`` batches that returned one, or ``None`` (syncs the device)."""
@@ -133,9 +139,9 @@ class LossLog:
         import torch
 
         last = self._losses[-n:] if n > 0 else []
-        kept = [loss for loss in last if loss is not None]
+        kept = [loss for loss in last if isinstance(loss, torch.Tensor)]
         floats = iter(torch.stack(kept).tolist() if kept else [])
-        return [next(floats) if loss is not None else None for loss in last]
+        return [next(floats) if isinstance(loss, torch.Tensor) else loss for loss in last]
 
     def values(self) -> list[float | None]:
         """Every batch's loss as a float (``None`` for a batch that returned no loss)."""
@@ -154,15 +160,14 @@ def window_loss(losses: Callable[[int], list[float | None]], sizes: list[int], w
     Returns:
         The mean, or ``None`` before ``window`` samples or without a loss in the window.
     """
-    seen = sum(sizes)
-    if seen < window or not sizes:
-        return None
     n, after = 0, 0  # the batches whose point (samples seen after them) is in (seen - window, seen]
-    for size in reversed(sizes):
+    for size in reversed(sizes):  # from the end only: summing every batch at each check was quadratic in the run
         if after >= window:
             break
         after += size
         n += 1
+    if after < window:  # fewer than ``window`` samples so far
+        return None
     kept = [v for v in losses(n) if v is not None and math.isfinite(v)]
     return statistics.fmean(kept) if kept else None
 

@@ -136,6 +136,20 @@ def test_loss_log_unscales_checks_finiteness_and_averages_the_recent_losses():
     assert caught.value.kind == "nonfinite_loss"
 
 
+def test_a_loss_check_reads_only_the_batches_since_the_last_and_keeps_them_as_floats():
+    log = LossLog(accumulate_grad_batches=1, check_every=16)
+    for b in range(32):
+        log.add(torch.tensor(float(b)))
+    log.check_finite([1] * 32, 1)
+    assert all(type(v) is float for v in log._losses)  # read once (one device sync), never stacked again
+    log._losses[3] = torch.tensor(float("nan"))  # an already-checked batch is not read again by the next check
+    for b in range(32, 48):
+        log.add(torch.tensor(float("inf") if b == 40 else float(b)))
+    with pytest.raises(TrialFault, match=r"at batch 40 after 41 samples"):
+        log.check_finite([1] * 48, 1)
+    assert log.tail(3) == [45.0, 46.0, 47.0] and log.recent(2) == 46.5
+
+
 def test_loss_log_reads_the_monitor_s_logged_values_when_training_step_returns_no_loss():
     # manual optimization: training_step returns nothing and logs its losses (callback_metrics)
     log = LossLog(accumulate_grad_batches=1, logged_name="g_loss")
