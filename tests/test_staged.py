@@ -501,3 +501,11 @@ def test_the_plan_line_speaks_of_accumulation_only_when_the_space_searches_it():
     assert with_accumulation == "the baseline's effective batch 64 and lr, split as micro-batch x accumulation"
     manual = same_math_phrase({"batch_size": {"choices": [32, 64]}}, TrialConfig(batch_size=32, lr=0.01))
     assert manual == "the baseline's batch 32 and lr" and "accumulation" not in manual
+
+
+def test_a_one_trial_staged_run_says_it_adds_only_the_baseline_and_the_next_lists_only_the_stages_it_runs(tmp_path, cli):
+    args = ("search", MODELS / "tiny.py", "--search", "staged", "--trials", 1, "--samples", 512, "--storage", f"sqlite:///{tmp_path / 'o.db'}")
+    r = cli(*args, check_rc=0)
+    assert "staged search: no run beyond the baseline's" in r.stdout and "0 system-knob" not in r.stdout
+    r = cli(*args, check_rc=0)
+    assert "staged search: 1 system-knob screening run(s)" in r.stdout and "0 full-budget" not in r.stdout

@@ -485,12 +485,12 @@ def _staged_search(
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
         preserving = 0
     same_math = same_math_phrase(resolved, baseline)
-    ui.info(
-        f"staged search: {n_system} system-knob screening run(s) ({preserving} math-preserving first: {same_math}; "
-        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch), "
-        f"then {n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs "
-        f"with the lr following the effective batch ({context.rule}: {why})"
+    screens = (  # a part with no run is not listed (a 1-trial run adds only the baseline's)
+        f"{n_system} system-knob screening run(s) ({preserving} math-preserving first: {same_math}; "
+        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch)"
     )
+    fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs with the lr following the effective batch ({context.rule}: {why})"
+    ui.info("staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's"))
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
     return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, plan)
