@@ -117,7 +117,11 @@ def final_loss(
         return float(metrics[monitor]), monitor
     logged = sorted(metrics) or "none"
     if monitor_explicit:
-        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {logged}")
+        import difflib
+
+        near = difflib.get_close_matches(monitor, list(metrics), n=1)
+        hint = f"; did you mean --monitor {near[0]}?" if near else ""
+        raise UsageError(f"metric {monitor!r} (--monitor) was not logged by the module; logged: {logged}{hint}")
     if train_loss is None:
         raise UsageError(
             f"the judged metric {monitor!r} was never logged, and training_step returns no loss; logged: {logged}; give --monitor NAME"
@@ -399,7 +403,7 @@ def input_bound_advice(
     space: Mapping[str, Mapping[str, Any]],
     accelerator: str,
     loader: Mapping[str, Any] | None = None,
-    wider_workers: Mapping[int, float] | None = None,
+    other_workers: Mapping[int, float] | None = None,
     samples_per_sec: float | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
@@ -411,9 +415,12 @@ def input_bound_advice(
     ``pin_memory=True`` on a GPU when the loader does not pin, and, with workers,
     ``prefetch_factor`` below the top of its range and ``persistent_workers=True`` when not set.
 
-    What the study measured comes first: when it ran more ``num_workers`` than the config has
-    (``wider_workers``), more workers are suggested only if one of those counts measured faster than
-    the config (naming it); otherwise the line says they measured no faster, and suggests none.
+    What the study measured comes first: when a count below the config's measured faster than the
+    config and than every count above it, fewer workers are suggested (naming it: a cheap per-sample
+    pipeline loses more to the workers' start-up and hand-off than they save); else, when it ran more
+    ``num_workers`` than the config has, more workers are suggested only if one of those counts
+    measured faster than the config (naming it); otherwise the line says they measured no faster, and
+    suggests none.
 
     Args:
         data_wait_fraction: The config's measured fraction, ``0..1``.
@@ -423,10 +430,10 @@ def input_bound_advice(
         loader: The user's train DataLoader settings found by inspection (``pin_memory``,
             ``prefetch_factor``, ``persistent_workers``), or ``None`` when unknown; the config's own
             values take precedence.
-        wider_workers: Each ``num_workers`` above the config's that the study measured, to the best
-            samples/s (global, > 0) measured with it; ``None`` or empty when none was measured.
+        other_workers: Each ``num_workers`` other than the config's that the study measured, to the
+            best samples/s (global, > 0) measured with it; ``None`` or empty when none was measured.
         samples_per_sec: The config's own samples/s (global, > 0) at the same budget, to compare
-            with ``wider_workers``; ``None`` when unknown (``wider_workers`` is then not used).
+            with ``other_workers``; ``None`` when unknown (``other_workers`` is then not used).
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
@@ -438,8 +445,17 @@ def input_bound_advice(
     knobs = []
     has = ""
     top = _space_top(space.get("num_workers"))
-    measured = dict(wider_workers or {}) if samples_per_sec else {}
-    if measured and samples_per_sec:
+    every = dict(other_workers or {}) if samples_per_sec else {}
+    measured = {w: v for w, v in every.items() if w > workers}
+    fewer = max((w for w in every if w < workers and every[w] > (samples_per_sec or 0)), key=lambda w: every[w], default=None)
+    verb = "widen"
+    if fewer is not None and every[fewer] >= max(measured.values(), default=0.0):
+        verb = "try"
+        knobs.append(
+            f"fewer num_workers ({fewer} measured {every[fewer]:,.0f} samples/s vs this config's {samples_per_sec:,.0f} with {workers}: "
+            "the workers' start-up and hand-off cost more than they save here)"
+        )
+    elif measured and samples_per_sec:
         fastest = max(measured, key=lambda w: measured[w])
         counts = ", ".join(str(w) for w in sorted(measured))
         if measured[fastest] > samples_per_sec:
@@ -473,7 +489,7 @@ def input_bound_advice(
     if not knobs:
         rest = "no other DataLoader setting is left to try" if measured else "the other DataLoader settings are at theirs"
         return f"{head}{has}, and {rest}; {cheaper}"
-    return f"{head}{has}; widen: {', '.join(knobs)}; or {cheaper}"
+    return f"{head}{has}; {verb}: {', '.join(knobs)}; or {cheaper}"
 
 
 def _space_top(entry: Mapping[str, Any] | None) -> int | None:

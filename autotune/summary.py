@@ -34,6 +34,7 @@ def _num(value: float) -> str:
 
 #: How a ratio over the baseline reads for each objective (> 1: better).
 _BETTER = {"time-to-quality": "faster to the target", "goodput": "more goodput"}
+_AS = {"time-to-quality": "as fast to the target", "goodput": "the goodput"}
 
 
 def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str, versus: str = "the baseline") -> str:
@@ -46,7 +47,7 @@ def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str
         versus: What the ratio is over.
     """
     interval = f" [{low:.2f}x, {high:.2f}x]" if math.isfinite(low) and math.isfinite(high) else ""
-    word = _BETTER.get(objective, "faster") if ratio >= 1 else "as good"
+    word = _BETTER.get(objective, "faster") if ratio >= 1 else _AS.get(objective, "as fast")
     return f"{ratio:.2f}x {word}{interval} over {pairs} paired run(s) vs {versus}"
 
 
@@ -200,7 +201,7 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
         trial: The frozen trial (a search trial or a confirmation run).
         settings: The study's settings (hardware, space, inspected DataLoader).
         trials: Every frozen trial of the study: the completed search trials (no confirmation run
-            or duplicate) that ran ``trial``'s config with more ``num_workers`` (every other knob
+            or duplicate) that ran ``trial``'s config with other ``num_workers`` (every other knob
             alike; ``prefetch_factor`` and ``persistent_workers`` may differ) are what the advice
             weighs against its samples/s (a confirmation run's is the search trial it confirms):
             those at the study's budget, else short screening runs (samples/s is a rate, measured
@@ -216,16 +217,16 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     applied = trial.user_attrs.get("applied") or {}
     loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if applied.get(k) is not None})
     config = trial.user_attrs.get("config", {})
-    wider, sps = _wider_workers(trial, config, trials)
-    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, wider, sps)
+    other, sps = _other_workers(trial, config, trials)
+    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps)
 
 
 #: Config keys that only shape the DataLoader's workers: a trial differing in these alone ran "this config with other workers".
 _WORKER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers")
 
 
-def _wider_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None]:
-    """``({num_workers above the config's: best samples/s measured with it}, the config's own samples/s)``
+def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None]:
+    """``({num_workers other than the config's: best samples/s measured with it}, the config's own samples/s)``
     over the study's completed search trials at its budget (see :func:`input_bound_line`)."""
     by_number = {t.number: t for t in trials}
     reference = by_number.get(trial.user_attrs.get("confirm_of"), trial) if "confirm_of" in trial.user_attrs else trial
@@ -240,14 +241,14 @@ def _wider_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
         for t in trials
         if t.state.name == "COMPLETE"
         and not {"confirm_of", "duplicate_of"} & t.user_attrs.keys()
-        and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) > workers
+        and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) != workers
         and (t.user_attrs.get("samples_per_sec") or 0) > 0
         and others(t.user_attrs["config"]) == others(config)
     ]
     # full-budget runs first; short screening runs of the same knobs when none ran at full budget
     full = [t for t in alike if "trial_samples" not in t.user_attrs]
-    wider: dict[int, float] = {}
+    other: dict[int, float] = {}
     for t in full or alike:
         w = int(t.user_attrs["config"]["num_workers"])
-        wider[w] = max(wider.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
-    return wider, (float(sps) if sps else None)
+        other[w] = max(other.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
+    return other, (float(sps) if sps else None)

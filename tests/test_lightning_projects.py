@@ -27,6 +27,9 @@ def test_manual_optimization_without_monitor_fails_the_baseline_with_one_line_na
     # study's settings can still be corrected); the objective, which sets the study's directions, cannot
     bad = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--objective", "goodput", "--quiet")
     assert bad.returncode == 2 and "was created with objective='throughput', not 'goodput'" in bad.stderr
+    # a mistyped --config path is said to be missing, not to differ from the study's (none)
+    bad = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--config", tmp_path / "nosuch.yaml")
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("nosuch.yaml' does not exist") and "was created with" not in bad.stderr
     cli("search", MODELS / "manual_gan.py", *SMALL, "--monitor", "g_loss", "--loss-tolerance", 0.5, "--storage", f"sqlite:///{db}",
         "--quiet", check_rc=0)
     study = load(db, "manual_gan")

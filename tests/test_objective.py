@@ -38,6 +38,8 @@ def test_final_loss_prefers_the_monitor_and_falls_back_to_the_returned_loss():
     assert final_loss({}, 0.5, "val_loss", False) == (0.5, "autotune/train_loss") == (0.5, RETURNED_LOSS)
     with pytest.raises(UsageError, match=r"metric 'val_acc' \(--monitor\) was not logged.*\['val_loss'\]"):
         final_loss({"val_loss": 0.3}, 0.5, "val_acc", True)
+    with pytest.raises(UsageError, match=r"metric 'g_los' \(--monitor\) was not logged.*; did you mean --monitor g_loss\?$"):
+        final_loss({"d_loss": 0.3, "g_loss": 0.5}, None, "g_los", True)
 
 
 def test_the_returned_loss_is_named_apart_from_a_metric_the_module_logs_as_train_loss():
@@ -271,6 +273,23 @@ def test_input_bound_line_weighs_the_wider_num_workers_the_study_measured():
     line = input_bound_line(trials[0], settings, trials)
     assert "widen: num_workers (this config uses 0; 2 measured 1,800 samples/s vs this config's 1,000)" in line
     assert "measured no faster" not in line
+
+    # fewer workers measured faster (a new user's 1-worker config, 2.3x slower than 0 workers): fewer are advised,
+    # not more; a fewer count slower than the config, or than a count above it, is not
+    study = make_study(space=space)
+    add(study, 4151.0, baseline=True, num_workers=1, attrs={"data_wait_fraction": 0.69})
+    add(study, 9491.0, num_workers=0)
+    add(study, 3000.0, num_workers=2)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "; try: fewer num_workers (0 measured 9,491 samples/s vs this config's 4,151 with 1: " in line
+    assert "widen" not in line and "more num_workers" not in line
+    study = make_study(space=space)
+    add(study, 4151.0, baseline=True, num_workers=1, attrs={"data_wait_fraction": 0.69})
+    add(study, 2000.0, num_workers=0)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "fewer" not in line and "widen: num_workers (this config uses 1, the space allows up to 4)" in line
 
 
 def test_loss_target_adds_the_tolerance_of_its_magnitude():

@@ -245,6 +245,8 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
         if key == "space_file" and given is not None:
             given = str(find_space(given).resolve())
         if key == "config_file" and given is not None:
+            if not Path(given).is_file():  # a mistyped path: say so, not that it differs from the study's
+                raise UsageError(f"config file {given!r} does not exist")
             given = str(Path(given).resolve())
         if given is not None and given != getattr(settings, key):
             raise StudyMismatchError(

@@ -102,5 +102,6 @@ def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead(
     decided = make_study()
     add(decided, 100.0, baseline=True)
     race(decided, add(decided, 150.0, num_workers=2).number, [100.0, 100.0, 100.0], [99.0, 101.0, 98.0])  # not faster
-    (line, *_) = confirmation_lines(confirmation(decided, settings), "throughput")
+    (line, *races) = confirmation_lines(confirmation(decided, settings), "throughput")
     assert line.startswith("confirmed: no candidate was shown at least 5% better than the baseline")
+    assert ", 0.99x as fast [" in races[0]  # a ratio below 1 reads as a speed, not "as good"
