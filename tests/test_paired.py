@@ -222,6 +222,28 @@ def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():
     assert confirm_samples(study, settings, 777, first, base, 0.2) == (777, "--confirm-samples")
 
 
+def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_shorter_runs():
+    from study.helpers import add, make_settings, make_study  # tests/study/helpers.py
+
+    from autotune.study.racing import confirm_samples, short_samples
+
+    settings = make_settings(samples=4096)
+    study = make_study(samples=4096)
+    base = add(study, 100.0, baseline=True)  # batch 16
+    same = add(study, 200.0, num_workers=2)  # the baseline's math: a rate to compare
+    other = add(study, 200.0, batch_size=64)  # another effective batch: its loss is judged at 4,096 samples
+    assert short_samples(settings, same, base) == 1024  # a stage-1 run's length: a quarter of 4,096
+    assert short_samples(settings, other, base) == 4096
+    # 200 s of search allow 50 s: one full-length pair (4,096 / 100 + 4,096 / 200 = 61 s) does not fit
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
+    samples, source = confirm_samples(study, settings, None, same, base, 0.2)
+    assert samples == 1024 and "down to 1024: it keeps the baseline's math" in source  # 5 pairs of 1,024: 77 s, so the floor
+    assert confirm_samples(study, settings, None, other, base, 0.2)[0] == 4096
+    # room for 2 full-length pairs (123 s of 125 s): full length, as any race
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 500.0}])
+    assert confirm_samples(study, settings, None, same, base, 0.2)[0] == 4096
+
+
 def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():
     from autotune.study.races import TIMED, judge_race
 

@@ -37,7 +37,7 @@ from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
 from autotune.ui import UI
 
-__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds", "stop_target"]
+__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds", "short_samples", "stop_target"]
 
 
 def confirm_budget(study, share: float, outside: float = 0.0) -> tuple[float, float, float]:
@@ -92,7 +92,9 @@ def confirm_samples(
     (5) pairs of the best candidate ``first`` against the baseline ``base`` in the budget
     (:func:`confirm_budget`, with ``outside``), between the study's ``samples`` and twice that.
 
-    Never fewer than ``samples``: a race judges the loss (and the time to the baseline's loss) too, and a
+    Never fewer than ``samples`` (but see :func:`short_samples`: a first candidate of the baseline's
+    math whose :data:`autotune.paired.MIN_PAIRS` full-length pairs do not fit the budget races on
+    shorter runs, and no candidate of other math is raced then): a race judges the loss (and the time to the baseline's loss) too, and a
     shorter run asks another question than the search trial that found the candidate feasible: a larger
     batch at a larger lr, or a schedule set from the run's length (OneCycleLR), is often behind at half
     the budget and ahead at the full one (bn_cnn's batch 128 at 4.5x the lr: val_loss 0.16 against the
@@ -107,7 +109,35 @@ def confirm_samples(
     _, spent, allowed = confirm_budget(study, share, outside)
     runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
-    return samples, f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+    said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+    short = short_samples(settings, first, base)
+    if short < settings.samples and fit_samples(allowed - spent, MIN_PAIRS, runs, 1, settings.samples) < settings.samples:
+        # its MIN_PAIRS full-length pairs do not fit: a candidate of the baseline's math races on shorter runs
+        samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=short, ceiling=settings.samples)
+        said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
+    return samples, said
+
+
+def short_samples(settings: StudySettings, candidate: Any, incumbent: Any) -> int:
+    """The fewest training samples a paired run of ``candidate`` against ``incumbent`` (search trials) may train.
+
+    ``--samples`` when the candidate changes the training math (another effective batch, lr or
+    constructor arguments: its race judges the loss at the budget its search trial was judged at);
+    a stage-1 screening run's length (:func:`autotune.study.staged.system_budget`, at the larger
+    effective batch of the two) when it keeps the incumbent's math: such a race compares samples/s,
+    a rate measured after the warm-up at any length (as stage 1 ranks configs by it), and the two
+    configs' losses at the same length only as a rounding check. A short search whose confirmation
+    share has no room for two full-length pairs then still races a same-math config (a new user's
+    2.3x faster ``num_workers`` at ``--trials 6`` was otherwise never raced).
+    """
+    from autotune.config import TrialConfig
+    from autotune.study.math_class import is_preserving
+    from autotune.study.staged import system_budget
+
+    cand, inc = (TrialConfig.from_dict(t.user_attrs["config"]) for t in (candidate, incumbent))
+    if not is_preserving(cand, inc):
+        return max(1, settings.samples)
+    return max(1, system_budget(max(cand, inc, key=lambda c: c.effective_batch_size), settings.samples))
 
 
 def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, incumbent, candidate) -> float | None:
@@ -190,6 +220,7 @@ def race_candidates(
         ui.info("confirmation: no feasible config other than the baseline to race; the baseline is recommended")
         return 0
     outside = outside_seconds(study, run_id, started)
+    given = samples  # --confirm-samples: every race runs at it, whatever its math
     samples, source = confirm_samples(study, settings, samples, candidates[0], base, share, outside)
     search_s, spent, allowed = confirm_budget(study, share, outside)
     ui.stage(
@@ -204,6 +235,12 @@ def race_candidates(
     ran, incumbent = 0, base
     try:
         for i, candidate in enumerate(candidates):
+            if not given and samples < short_samples(settings, candidate, incumbent):  # shortened for a same-math race
+                ui.info(
+                    f"race: trial {candidate.number}'s config changes the training math: its race needs runs of {settings.samples} "
+                    f"samples (its loss is judged at the search's budget), not this confirmation's {samples}: not raced"
+                )
+                continue
             race, done = _run_race(
                 study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan, i == 0
             )
