@@ -225,7 +225,7 @@ def test_confirmation_runs_are_planned_for_five_pairs_in_the_budget():
 def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_shorter_runs():
     from study.helpers import add, make_settings, make_study  # tests/study/helpers.py
 
-    from autotune.study.racing import confirm_samples, short_samples
+    from autotune.study.racing import confirm_samples, same_math_first, short_samples
 
     settings = make_settings(samples=4096)
     study = make_study(samples=4096)
@@ -239,9 +239,14 @@ def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_short
     samples, source = confirm_samples(study, settings, None, same, base, 0.2)
     assert samples == 1024 and "down to 1024: it keeps the baseline's math" in source  # 5 pairs of 1,024: 77 s, so the floor
     assert confirm_samples(study, settings, None, other, base, 0.2)[0] == 4096
-    # room for 2 full-length pairs (123 s of 125 s): full length, as any race
+    # the best candidate of other math first: when its 2 full-length pairs do not fit, the same-math one races first
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
+    assert same_math_first(study, settings, [other, same], base, 0.2) == [same, other]
+    assert same_math_first(study, settings, [other], base, 0.2) == [other]  # none keeps the math: as it was
+    # room for 2 full-length pairs (123 s of 125 s): full length, as any race, in the search's order
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 500.0}])
     assert confirm_samples(study, settings, None, same, base, 0.2)[0] == 4096
+    assert same_math_first(study, settings, [other, same], base, 0.2) == [other, same]
 
 
 def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():

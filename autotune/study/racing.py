@@ -37,7 +37,16 @@ from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
 from autotune.ui import UI
 
-__all__ = ["confirm_budget", "confirm_samples", "outside_seconds", "race_candidates", "run_seconds", "short_samples", "stop_target"]
+__all__ = [
+    "confirm_budget",
+    "confirm_samples",
+    "outside_seconds",
+    "race_candidates",
+    "run_seconds",
+    "same_math_first",
+    "short_samples",
+    "stop_target",
+]
 
 
 def confirm_budget(study, share: float, outside: float = 0.0) -> tuple[float, float, float]:
@@ -116,6 +125,21 @@ def confirm_samples(
         samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=short, ceiling=settings.samples)
         said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
     return samples, said
+
+
+def same_math_first(study, settings: StudySettings, candidates: list, base: Any, share: float, outside: float = 0.0) -> list:
+    """``candidates`` (best first), with the best of the baseline's math moved first when the best
+    one's :data:`autotune.paired.MIN_PAIRS` full-length pairs do not fit the confirmation budget
+    (:func:`confirm_budget`): that race could not be decided, and a same-math one can on shorter runs
+    (:func:`short_samples`). Unchanged otherwise, or when none keeps the baseline's math."""
+    same = next((c for c in candidates if short_samples(settings, c, base) < settings.samples), None)
+    if same is None or same is candidates[0]:
+        return candidates
+    _, spent, allowed = confirm_budget(study, share, outside)
+    runs = [run_seconds(base, settings, settings.samples), run_seconds(candidates[0], settings, settings.samples)]
+    if fit_samples(allowed - spent, MIN_PAIRS, runs, 1, settings.samples) >= settings.samples:
+        return candidates
+    return [same] + [c for c in candidates if c is not same]
 
 
 def short_samples(settings: StudySettings, candidate: Any, incumbent: Any) -> int:
@@ -221,6 +245,7 @@ def race_candidates(
         return 0
     outside = outside_seconds(study, run_id, started)
     given = samples  # --confirm-samples: every race runs at it, whatever its math
+    candidates = same_math_first(study, settings, candidates, base, share, outside) if not given else candidates
     samples, source = confirm_samples(study, settings, samples, candidates[0], base, share, outside)
     search_s, spent, allowed = confirm_budget(study, share, outside)
     ui.stage(

@@ -490,7 +490,9 @@ def _staged_search(
         f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch)"
     )
     fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs with the lr following the effective batch ({context.rule}: {why})"
-    ui.info("staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's"))
+    ui.info(
+        "staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's")
+    )
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
     return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, plan)
