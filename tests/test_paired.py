@@ -232,12 +232,16 @@ def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_short
     base = add(study, 100.0, baseline=True)  # batch 16
     same = add(study, 200.0, num_workers=2)  # the baseline's math: a rate to compare
     other = add(study, 200.0, batch_size=64)  # another effective batch: its loss is judged at 4,096 samples
-    assert short_samples(settings, same, base) == 1024  # a stage-1 run's length: a quarter of 4,096
+    assert short_samples(settings, same, base) == 512  # the shortest stage-1 run: 32 optimizer steps of batch 16
     assert short_samples(settings, other, base) == 4096
     # 200 s of search allow 50 s: one full-length pair (4,096 / 100 + 4,096 / 200 = 61 s) does not fit
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
     samples, source = confirm_samples(study, settings, None, same, base, 0.2)
-    assert samples == 1024 and "down to 1024: it keeps the baseline's math" in source  # 5 pairs of 1,024: 77 s, so the floor
+    assert samples == 666 and "down to 512: it keeps the baseline's math" in source  # 5 pairs of 666 samples: 50 s
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 100.0}])  # 25 s: 5 pairs would need 256 samples
+    samples, source = confirm_samples(study, settings, None, same, base, 0.2)
+    assert samples == 512 and source.startswith(f"the shortest run a race of trial {same.number}'s config may train: about 3 pair(s) of 7.7 s fit in 25 s")
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
     assert confirm_samples(study, settings, None, other, base, 0.2)[0] == 4096
     # the best candidate of other math first: when its 2 full-length pairs do not fit, the same-math one races first
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])

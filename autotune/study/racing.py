@@ -123,7 +123,11 @@ def confirm_samples(
     if short < settings.samples and fit_samples(allowed - spent, MIN_PAIRS, runs, 1, settings.samples) < settings.samples:
         # its MIN_PAIRS full-length pairs do not fit: a candidate of the baseline's math races on shorter runs
         samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=short, ceiling=settings.samples)
+        pair = sum(o + samples / sps for o, sps in runs if sps > 0)
         said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
+        if samples == short and pair > 0:
+            fit = int((allowed - spent) // pair)
+            said = f"the shortest run a race of trial {first.number}'s config may train: about {fit} pair(s) of {pair:.1f} s fit in {allowed - spent:.0f} s; it keeps the baseline's math, so its pairs measure samples/s"
     return samples, said
 
 
@@ -147,21 +151,22 @@ def short_samples(settings: StudySettings, candidate: Any, incumbent: Any) -> in
 
     ``--samples`` when the candidate changes the training math (another effective batch, lr or
     constructor arguments: its race judges the loss at the budget its search trial was judged at);
-    a stage-1 screening run's length (:func:`autotune.study.staged.system_budget`, at the larger
-    effective batch of the two) when it keeps the incumbent's math: such a race compares samples/s,
-    a rate measured after the warm-up at any length (as stage 1 ranks configs by it), and the two
-    configs' losses at the same length only as a rounding check. A short search whose confirmation
-    share has no room for two full-length pairs then still races a same-math config (a new user's
-    2.3x faster ``num_workers`` at ``--trials 6`` was otherwise never raced).
+    the shortest stage-1 screening run (:data:`autotune.study.staged.SYSTEM_STEPS` optimizer steps at
+    the larger effective batch of the two, at most ``--samples``) when it keeps the incumbent's math:
+    such a race compares samples/s, a rate measured after the warm-up at any length (as stage 1
+    ranks configs by it), and the two configs' losses at the same length only as a rounding check. A
+    short search whose confirmation share has no room for two full-length pairs then still races a
+    same-math config (a new user's 2.3x faster ``num_workers`` at ``--trials 6`` was otherwise never
+    raced; at a quarter of ``--samples``, another's ``--trials 8`` still fitted only one pair of 2).
     """
     from autotune.config import TrialConfig
     from autotune.study.math_class import is_preserving
-    from autotune.study.staged import system_budget
+    from autotune.study.staged import SYSTEM_STEPS
 
     cand, inc = (TrialConfig.from_dict(t.user_attrs["config"]) for t in (candidate, incumbent))
     if not is_preserving(cand, inc):
         return max(1, settings.samples)
-    return max(1, system_budget(max(cand, inc, key=lambda c: c.effective_batch_size), settings.samples))
+    return max(1, min(settings.samples, SYSTEM_STEPS * max(cand.effective_batch_size, inc.effective_batch_size)))
 
 
 def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, incumbent, candidate) -> float | None:
