@@ -120,15 +120,22 @@ def confirm_samples(
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
     short = short_samples(settings, first, base)
-    if short < settings.samples and fit_samples(allowed - spent, MIN_PAIRS, runs, 1, settings.samples) < settings.samples:
+    if short < settings.samples and not _full_pairs_fit(allowed - spent, runs, settings):
         # its MIN_PAIRS full-length pairs do not fit: a candidate of the baseline's math races on shorter runs
         samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=short, ceiling=settings.samples)
         pair = sum(o + samples / sps for o, sps in runs if sps > 0)
-        said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
         if samples == short and pair > 0:
             fit = int((allowed - spent) // pair)
             said = f"the shortest run a race of trial {first.number}'s config may train: about {fit} pair(s) of {pair:.1f} s fit in {allowed - spent:.0f} s; it keeps the baseline's math, so its pairs measure samples/s"
+        else:
+            said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
     return samples, said
+
+
+def _full_pairs_fit(budget: float, runs: list[tuple[float, float]], settings: StudySettings) -> bool:
+    """Whether :data:`autotune.paired.MIN_PAIRS` pairs of ``--samples`` runs (``runs``: :func:`run_seconds`
+    of the two configs) fit in ``budget`` seconds."""
+    return fit_samples(budget, MIN_PAIRS, runs, 1, settings.samples) >= settings.samples
 
 
 def same_math_first(study, settings: StudySettings, candidates: list, base: Any, share: float, outside: float = 0.0) -> list:
@@ -141,7 +148,7 @@ def same_math_first(study, settings: StudySettings, candidates: list, base: Any,
         return candidates
     _, spent, allowed = confirm_budget(study, share, outside)
     runs = [run_seconds(base, settings, settings.samples), run_seconds(candidates[0], settings, settings.samples)]
-    if fit_samples(allowed - spent, MIN_PAIRS, runs, 1, settings.samples) >= settings.samples:
+    if _full_pairs_fit(allowed - spent, runs, settings):
         return candidates
     return [same] + [c for c in candidates if c is not same]
 
