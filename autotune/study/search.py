@@ -55,6 +55,7 @@ from autotune.study.settings import (
     _create_settings,
     _study_names,
     _with_study_values,
+    config_changed_line,
     settings_of,
 )
 from autotune.study.staged import _staged_search, _stages, screen_room
@@ -228,6 +229,8 @@ def _open_study(
             # no baseline yet (it failed): the model or its config may have been fixed, so look again
             settings = _create_settings(_with_study_values(opts, settings), model_file, study_name, ui)
             study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
+        elif (changed := config_changed_line(settings)) is not None:
+            ui.warn(changed)
         if opts.trial_timeout is not None:
             settings = settings.replace(trial_timeout=opts.trial_timeout)
         seeds = _check_run_inputs(opts, settings)

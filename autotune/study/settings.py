@@ -4,6 +4,7 @@ study's user attribute ``autotune`` when it is created, and loaded (and checked)
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +255,32 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
                 "drop the flag to resume it, or give another --study-name for a new study"
                 + ("" if correctable else " (a study's settings can be corrected only while none of its trials has completed)")
             )
+
+
+def config_changed_line(settings: StudySettings) -> str | None:
+    """The warning a resumed study gets when its ``--config`` file was edited since the study was made, or ``None``.
+
+    A study keeps a snapshot of its LightningCLI config (``user_config``): every trial, the baseline
+    and the export use the values it had when the study was created, so that the trials stay
+    comparable. An edit in place is therefore not searched; this line says so instead of ignoring it.
+    A config file that is gone or no longer parses gets no line (the snapshot is what the study uses).
+
+    Args:
+        settings: The resumed study's settings.
+    """
+    if not settings.config_file or not isinstance(settings.user_config, Mapping):
+        return None
+    try:
+        now = read_user_config(settings.config_file, strict=False).get("document")
+    except UsageError:
+        return None
+    then = settings.user_config.get("document")
+    if then is None or json.dumps(now, sort_keys=True, default=str) == json.dumps(then, sort_keys=True, default=str):
+        return None
+    return (
+        f"config file {settings.config_file!r} changed since study {settings.study_name!r} was created: its trials and export "
+        "keep the values it had then; give another --study-name to search with the new values"
+    )
 
 
 def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOptions:
