@@ -43,6 +43,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -290,6 +291,9 @@ def replay(example: str, method: str, seed: int, trials: int, cache: dict, save,
         "best_percent": 100.0 * best / optimum,
         "trials_run": len(ran),
         "seconds_run": max(fake.ends.values(), default=0.0),
+        # when the first trial (the baseline) ended: set-up, warm start and the baseline's own run, which
+        # every method pays before any result (a floor under every "seconds to" figure)
+        "first_result_seconds": fake.ends[min(fake.ends)] if fake.ends else None,
         "measured_now": fake.measured_now,
     }
     for level in LEVELS:
@@ -469,6 +473,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="autotune-search-efficiency-") as tmp:
         folder = Path(tmp)
         for example in args.examples:
+            load_before = os.getloadavg()  # how loaded the machine was (1, 5 and 15 min), before and after
             table = truth(example, cache, save, folder)
             budget = args.budget * table["grid_seconds"]
             print(
@@ -519,7 +524,10 @@ def main(argv=None) -> int:
                 mine = [r for r in runs if r["method"] == method]
                 if not mine:
                     continue
-                summary[method] = {"best_percent": _median([r["best_percent"] for r in mine])}
+                summary[method] = {
+                    "best_percent": _median([r["best_percent"] for r in mine]),
+                    "first_result_seconds": _median([r.get("first_result_seconds") for r in mine]),
+                }
                 for level in LEVELS:
                     # the median over seeds, a seed that never reached the level counting as beyond the budget
                     reached = [r for r in mine if r[f"seconds_to_{level}"] is not None]
@@ -531,7 +539,19 @@ def main(argv=None) -> int:
                         }
                     )
                 rows.append((example, method, summary[method]))
+            ratio = None
+            if "autotune staged" in summary and "optuna random" in summary:
+                a, b = summary["autotune staged"]["seconds_to_95"], summary["optuna random"]["seconds_to_95"]
+                ratio = None if a is None or not b else a / b
+                floor = summary["optuna random"]["first_result_seconds"]
+                print(
+                    f"  staged / random, median seconds to 95%: {'-' if ratio is None else f'{ratio:.2f}x'} (target at most 0.33x); "
+                    f"the first result (set-up and the baseline's run) ends at {floor or 0:.0f} s in every method (median)",
+                    flush=True,
+                )
             results["examples"][example] = {
+                "load_average": {"before": load_before, "after": os.getloadavg()},
+                "staged_over_random_seconds_to_95": ratio,
                 "optimum_samples_per_sec": table["optimum"],
                 "optimum_config": table["optimum_config"],
                 "near_optimal_configs": table["near_optimal_configs"],
@@ -542,8 +562,11 @@ def main(argv=None) -> int:
                 "runs": runs,
             }
     print()
+    for example, figures in results["examples"].items():
+        before, after = figures["load_average"]["before"], figures["load_average"]["after"]
+        print(f"{example}: load average {before[0]:.1f} before, {after[0]:.1f} after (1 min; {os.cpu_count()} cores)")
     print(
-        f"{'example':8} {'method':16} {'best % of optimum':>18}"
+        f"{'example':8} {'method':16} {'best % of optimum':>18} {'first result s':>15}"
         + "".join(f" {f'reached {level}%':>12} {f'trials to {level}%':>14} {f'seconds to {level}%':>15}" for level in LEVELS)
     )
     for example, method, s in rows:
@@ -552,7 +575,8 @@ def main(argv=None) -> int:
             trials = "-" if s[f"trials_to_{level}"] is None else f"{s[f'trials_to_{level}']:g}"
             seconds = "-" if s[f"seconds_to_{level}"] is None else f"{s[f'seconds_to_{level}']:.0f}"
             cells += f" {s[f'reached_{level}']:>12} {trials:>14} {seconds:>15}"
-        print(f"{example:8} {method:16} {s['best_percent']:18.1f}{cells}")
+        first = "-" if s.get("first_result_seconds") is None else f"{s['first_result_seconds']:.0f}"
+        print(f"{example:8} {method:16} {s['best_percent']:18.1f} {first:>15}{cells}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
