@@ -28,6 +28,24 @@ The decision rule (:func:`judge`), on ``d_i = log(candidate / incumbent)`` of th
   decisions start at three pairs, and 5.3% with the two-pair look (6.3% and 8.6% at 0.3: each look
   is a one-sided 5% test, and the looks add up); one truly 10% slower, 0.1% and 0.3% (1.6% and 2.9%
   at 0.3): it must clear 1.05x.
+- **The replicate runs' interval.** Each config of a race also ran several times on its own: once per
+  pair, and once in the search (its search trial, when it trained as many samples as the race's runs).
+  Model a run's log figure as config + moment + jitter: two runs of one config differ by jitter and by
+  the load's drift between them, so their variance about the config's mean is at least the jitter's,
+  and a pair's log-ratio, one moment's two jitters, has at most twice it. Pooled over both configs
+  (:func:`replicate_ss`, a one-way ANOVA's within-group mean square, with ``2n - 2`` degrees of freedom
+  from ``n`` pairs and up to 2 more from the search trials), this bounds the pairs' variance with more
+  degrees of freedom than the ``n - 1`` of the pairs alone: at two pairs, ``t = 2.92`` (2 degrees) or
+  ``2.35`` (3) instead of 6.31. Under drift it overstates (conservative); the candidate's search trial,
+  picked as the fastest, too. The narrower of the two intervals is used (both are valid; the choice adds
+  to the false wins: simulated in ``tests/test_paired.py`` with a jitter of 0.15 a run, 9.2% of races
+  of two equal configs are won against 7.5% by the pairs' interval alone, 7.6% with a drift of 0.3 between
+  moments; a config 10% slower, 1.9% against 1.7%), and it decides a true 1.3x speed-up at two pairs
+  twice as often (40% against 19%, no drift): a short search's confirmation, which the budget holds to
+  two pairs, decides instead of stopping (digits on a 2-core CPU without bf16: 1.34x and 1.80x sooner
+  to the baseline's loss in its two pairs, [0.61x, 3.98x] from the pairs alone, [1.30x, 1.87x] with
+  its replicate runs).
+  The sign test's rule is unchanged.
 - **Loss**: the candidate's median final loss over its paired runs breaks the study's loss tolerance
   against the incumbent's median over the same pairs (judged from ``min_pairs`` on, as a win is); or,
   with ``quality`` (a candidate of other math), it was slower to the study's loss target in the
@@ -69,6 +87,7 @@ __all__ = [
     "fit_samples",
     "judge",
     "log_ratio",
+    "replicate_ss",
     "runs_first",
 ]
 
@@ -138,6 +157,8 @@ class Verdict:
         better: Pairs in which the candidate did better.
         sign_p: The exact one-sided sign test's p-value (1.0 without pairs).
         reason: One line saying why (empty while running).
+        df: Degrees of freedom of the interval when the replicate runs' variance gave the narrower one
+            (``replicates`` of :func:`judge`), else -1 (the pairs': ``pairs - 1``).
     """
 
     outcome: str
@@ -148,17 +169,23 @@ class Verdict:
     better: int
     sign_p: float
     reason: str = ""
+    df: int = -1
 
     @property
     def decided(self) -> bool:
         return self.outcome != "running"
 
     @property
+    def degrees(self) -> int:
+        """Degrees of freedom of the interval: ``df`` when the replicate runs' variance set it, else ``pairs - 1``."""
+        return self.df if self.df >= 1 else self.pairs - 1
+
+    @property
     def log_se(self) -> float:
         """Standard error of the mean log-ratio, recovered from the interval (NaN below 2 pairs)."""
         if self.pairs < 2 or not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low <= 0:
             return math.nan
-        return (math.log(self.high) - math.log(self.low)) / (2 * _t95(self.pairs - 1))
+        return (math.log(self.high) - math.log(self.low)) / (2 * _t95(self.degrees))
 
 
 def runs_first(pair_index: int) -> str:
@@ -207,6 +234,7 @@ def judge(
     min_pairs: int = MIN_PAIRS,
     max_pairs: int = MAX_PAIRS,
     quality: bool = False,
+    replicates: tuple[float, int] | None = None,
 ) -> Verdict:
     """Decide a race from its completed pairs (the rule is in the module docstring).
 
@@ -222,6 +250,9 @@ def judge(
         quality: Also judge the seconds to the loss target (a math-changing candidate, which trains the
             same samples in other steps): when every pair knows both runs' and the candidate was slower
             to the target in the median pair, the race is lost on the loss.
+        replicates: ``(sum of squares, degrees of freedom)`` of the log figures of the two raced
+            configs' runs about each config's own mean (:func:`replicate_ss`), or ``None``: the interval
+            is then the pairs' alone.
 
     Returns:
         A :class:`Verdict`; ``running`` when another pair is needed.
@@ -237,11 +268,17 @@ def judge(
     sign_p = _sign_p(better, n)
     mean = statistics.fmean(d) if d else math.nan
     half = _t95(n - 1) * statistics.stdev(d) / math.sqrt(n) if n >= 2 else math.nan
+    df = -1
+    if n >= 2 and replicates is not None and replicates[1] >= 1:  # the replicate runs' interval, when narrower
+        ss, dof = replicates
+        wide = _t95(dof) * math.sqrt(2.0 * ss / dof / n)
+        if wide < half:
+            half, df = wide, dof
     ratio, low, high = math.exp(mean) if d else math.nan, math.exp(mean - half), math.exp(mean + half)
     threshold = math.log1p(min_effect)
 
     def verdict(outcome: str, reason: str = "") -> Verdict:
-        return Verdict(outcome, n, ratio, low, high, better, sign_p, reason)
+        return Verdict(outcome, n, ratio, low, high, better, sign_p, reason, df)
 
     def cannot_win(reason: str) -> Verdict:  # "slower" only where the mean ratio says so
         return verdict("slower" if ratio <= 1 else "unproven", reason)
@@ -289,8 +326,26 @@ def chain(verdicts: Sequence[Verdict]) -> tuple[float, float, float, int]:
         return v.ratio, v.low, v.high, v.pairs
     mean = sum(math.log(v.ratio) for v in verdicts)
     se = math.sqrt(sum(v.log_se**2 for v in verdicts))
-    half = _t95(min(v.pairs for v in verdicts) - 1) * se
+    half = _t95(min(v.degrees for v in verdicts)) * se
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half), sum(v.pairs for v in verdicts)
+
+
+def replicate_ss(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """``(sum of squares, degrees of freedom)`` of the log of each group's values about the group's own
+    log mean, pooled over the groups (a one-way ANOVA's within-group terms), for :func:`judge`'s
+    ``replicates``; ``None`` when no group has two finite positive values.
+
+    Args:
+        groups: The figures of each raced config's runs at one race length (each > 0; others are skipped).
+    """
+    ss, df = 0.0, 0
+    for values in groups:
+        logs = [math.log(v) for v in values if math.isfinite(v) and v > 0]
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+    return (ss, df) if df else None
 
 
 def fit_samples(budget: float, pairs: int, runs: Sequence[tuple[float, float]], floor: int, ceiling: int) -> int:

@@ -275,3 +275,71 @@ def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():
     assert never.outcome == "loss" and TIMED not in never.reason and "slower to the baseline's training loss" in never.reason
     unknown = race([(100, 150), (100, 152), (100, 149)], [(math.nan, math.nan)] * 3)
     assert unknown.outcome == "win" and unknown.ratio == pytest.approx(1.503, rel=0.01)
+
+
+def test_replicate_runs_decide_two_consistent_pairs_the_pairs_alone_cannot():
+    from autotune.paired import replicate_ss
+
+    # the quiet zoo's digits on a 2-core CPU without bf16 (seconds to the baseline's loss): batch 256 at 9x the lr,
+    # 1.34x and 1.80x sooner in its two pairs; the pairs alone give [0.61x, 3.98x]-wide intervals and stop undecided
+    pairs = [Pair(1.61, 1.20), Pair(1.79, 0.992)]
+    alone = judge(pairs, maximize=False, tolerance=0.05)
+    assert alone.outcome == "running" and alone.df == -1
+    # each config's three runs (its search trial, one run a pair) vary by 8% at most: their variance bounds the pairs'
+    replicates = replicate_ss([[1.55, 1.61, 1.79], [1.10, 1.20, 0.992]])
+    assert replicates is not None and replicates[1] == 4
+    got = judge(pairs, maximize=False, tolerance=0.05, replicates=replicates)
+    assert got.outcome == "win" and got.df == 4 and 1.05 < got.low < got.ratio == alone.ratio < got.high < alone.high
+    assert got.log_se == pytest.approx((math.log(got.high) - math.log(got.low)) / (2 * 2.132))  # t at 4 degrees
+    # replicates that vary more than the pairs (drift between the search and the pairs): the pairs' interval stands
+    wide = judge([Pair(100, 150), Pair(100, 152)], maximize=True, tolerance=0.05, replicates=replicate_ss([[100, 100, 300], [150, 152, 40]]))
+    assert wide.df == -1 and wide.outcome == "win"
+    # one pair is still not enough, and a pair lost still counts against the sign test
+    assert judge(pairs[:1], maximize=False, tolerance=0.05, replicates=replicates).outcome == "running"
+    assert judge([Pair(1.6, 1.2), Pair(1.7, 1.9)], maximize=False, tolerance=0.05, replicates=replicates).outcome == "running"
+
+
+def test_replicate_ss_pools_each_groups_log_deviations_and_skips_what_is_not_a_figure():
+    from autotune.paired import replicate_ss
+
+    assert replicate_ss([[100.0], [200.0]]) is None  # no group ran twice
+    ss, df = replicate_ss([[100.0, 100.0 * math.e], [5.0, math.nan, math.inf, 0.0, 5.0]])
+    assert df == 2 and ss == pytest.approx(0.5)  # logs 0 and 1 about 0.5; the 5s agree; NaN, inf and 0 skipped
+
+
+def _false_wins_with_replicates(sigma: float, drift: float, races: int = 2000, true_ratio: float = 1.0) -> tuple[float, float]:
+    """As :func:`_false_wins`, but each run's log figure is the moment's drift (standard deviation ``drift``,
+    shared by a pair's two runs) plus its own jitter (``sigma``), and each config also ran once in the search,
+    at a moment of its own: the replicate runs' interval (``replicate_ss``) judges beside the pairs'."""
+    import random
+
+    from autotune.paired import replicate_ss
+
+    rng = random.Random(11)
+    effect = math.log(true_ratio)
+    wins = early = 0
+    for _ in range(races):
+        searched = (100.0 * math.exp(rng.gauss(0, drift) + rng.gauss(0, sigma)), 100.0 * math.exp(rng.gauss(0, drift) + effect + rng.gauss(0, sigma)))
+        pairs = []
+        for _ in range(6):
+            moment = rng.gauss(0, drift)
+            pairs.append(Pair(100.0 * math.exp(moment + rng.gauss(0, sigma)), 100.0 * math.exp(moment + effect + rng.gauss(0, sigma))))
+            replicates = replicate_ss([[searched[0], *(p.incumbent for p in pairs)], [searched[1], *(p.candidate for p in pairs)]])
+            got = judge(pairs, maximize=True, tolerance=0.05, replicates=replicates)
+            if got.decided:
+                wins += got.outcome == "win"
+                early += got.outcome == "win" and got.pairs == 2
+                break
+    return wins / races, early / races
+
+
+def test_the_replicate_runs_interval_adds_few_false_wins():
+    for sigma in (0.05, 0.15, 0.3):
+        for drift in (0.0, 0.3):
+            wins, early = _false_wins_with_replicates(sigma, drift)  # 9.2% and 5.1% at 0.15 without drift (7.5%, 4.0% by the pairs alone)
+            assert wins <= 0.135 and early <= 0.07, (sigma, drift, wins, early)
+            slower, _ = _false_wins_with_replicates(sigma, drift, true_ratio=0.9)
+            assert slower <= (0.025 if sigma <= 0.15 else 0.065), (sigma, drift, slower)
+    # what it buys: a true 1.3x speed-up is decided at two pairs twice as often (40% against 19% by the pairs alone)
+    _, early = _false_wins_with_replicates(0.15, 0.0, true_ratio=1.3)
+    assert early >= 0.35, early

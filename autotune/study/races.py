@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.objective import directions
-from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge
+from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss
 from autotune.study.settings import StudySettings
 
 __all__ = ["PAIR_ATTRS", "Confirmation", "Race", "confirmation_of", "judge_race", "objective_value", "races_of"]
@@ -127,10 +127,20 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
         role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
         by_key.setdefault(key, {}).setdefault((int(attrs["pair_index"]), role), []).append(t)
     races = []
+    by_number = {t.number: t for t in trials} if by_key else {}
     for (incumbent, candidate, budget), runs in by_key.items():
         cap = max(int(t.user_attrs.get("pair_cap") or MAX_PAIRS) for mine in runs.values() for t in mine)
-        races.append(_race(incumbent, candidate, budget, cap, runs, maximize, settings))
+        searched = tuple(_search_run(by_number.get(n), budget, settings) for n in (incumbent, candidate))
+        races.append(_race(incumbent, candidate, budget, cap, runs, maximize, settings, searched))
     return races
+
+
+def _search_run(trial: Any, samples: int, settings: StudySettings) -> Any:
+    """A raced config's search trial when it is a replicate of the race's runs (completed, and as long:
+    ``samples`` is the search's own, and it was not a short stage-1 run), else ``None``."""
+    if trial is None or trial.state.name != "COMPLETE" or "trial_samples" in trial.user_attrs or "confirm_of" in trial.user_attrs:
+        return None
+    return trial if int(samples) == int(settings.samples) else None
 
 
 def _same_math(incumbent: Any, candidate: Any) -> bool:
@@ -143,8 +153,19 @@ def _same_math(incumbent: Any, candidate: Any) -> bool:
     return is_preserving(TrialConfig.from_dict(candidate), TrialConfig.from_dict(incumbent))
 
 
-def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, maximize: bool, settings: StudySettings) -> Race:
-    """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it)."""
+def _race(
+    incumbent: int,
+    candidate: int,
+    samples: int,
+    cap: int,
+    runs: dict,
+    maximize: bool,
+    settings: StudySettings,
+    searched: tuple[Any, Any] = (None, None),
+) -> Race:
+    """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it);
+    ``searched``: the incumbent's and the candidate's search trials where they replicate the race's runs
+    (:func:`_search_run`), for the replicate runs' interval (:func:`autotune.paired.replicate_ss`)."""
     pairs, failed, pending, missing = [], 0, 0, []
     same_math = False  # the candidate keeps the incumbent's math: its loss is held to the sanity tolerance
     indices = sorted({i for i, _ in runs})
@@ -186,7 +207,17 @@ def _race(incumbent: int, candidate: int, samples: int, cap: int, runs: dict, ma
         tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
     # a candidate of other math is judged on the seconds to the baseline's loss (not the pareto trade-off)
     quality = not same_math and settings.objective in ("throughput", "goodput")
-    verdict = judge_race(pairs, maximize, tolerance, settings.mode, failed=failed, max_pairs=max(cap, 3), quality=quality)
+    verdict = judge_race(
+        pairs,
+        maximize,
+        tolerance,
+        settings.mode,
+        failed=failed,
+        max_pairs=max(cap, 3),
+        quality=quality,
+        searched=searched,
+        settings=settings,
+    )
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)
@@ -197,7 +228,16 @@ TIMED = "in seconds to the baseline's training loss: the candidate changes the t
 
 
 def judge_race(
-    pairs: Sequence[Pair], maximize: bool, tolerance: float, mode: str, *, failed: int, max_pairs: int, quality: bool
+    pairs: Sequence[Pair],
+    maximize: bool,
+    tolerance: float,
+    mode: str,
+    *,
+    failed: int,
+    max_pairs: int,
+    quality: bool,
+    searched: tuple[Any, Any] = (None, None),
+    settings: StudySettings | None = None,
 ) -> Verdict:
     """:func:`autotune.paired.judge` of a race, on the right figure.
 
@@ -214,11 +254,24 @@ def judge_race(
     the target in the median pair: a loss).
     """
     timed = quality and bool(pairs) and all(math.isfinite(p.incumbent_reach) and math.isfinite(p.candidate_reach) for p in pairs)
+    inc_search, cand_search = searched
     if not timed:
-        return judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality)
+        # a race of other math may have stopped its runs at the loss target, short of its search trial's samples
+        extra = ([], []) if quality or settings is None else ([_value(inc_search, settings)], [_value(cand_search, settings)])
+        replicates = replicate_ss([[p.incumbent for p in pairs] + extra[0], [p.candidate for p in pairs] + extra[1]])
+        return judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality, replicates=replicates)
     by_time = [replace(p, incumbent=p.incumbent_reach, candidate=p.candidate_reach) for p in pairs]
-    verdict = judge(by_time, False, tolerance, mode, failed=failed, max_pairs=max_pairs)
+    replicates = replicate_ss(
+        [[p.incumbent for p in by_time] + [_reach(t) for t in (inc_search,) if t is not None],
+         [p.candidate for p in by_time] + [_reach(t) for t in (cand_search,) if t is not None]]
+    )  # fmt: skip
+    verdict = judge(by_time, False, tolerance, mode, failed=failed, max_pairs=max_pairs, replicates=replicates)
     return replace(verdict, reason=f"{verdict.reason} ({TIMED})") if verdict.reason else verdict
+
+
+def _value(trial: Any, settings: StudySettings) -> float:
+    """A search trial's objective value (:func:`objective_value`), NaN without the trial."""
+    return math.nan if trial is None else objective_value(trial, settings.objective)
 
 
 def _reach(trial: Any) -> float:

@@ -105,3 +105,19 @@ def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead(
     (line, *races) = confirmation_lines(confirmation(decided, settings), "throughput")
     assert line.startswith("confirmed: no candidate was shown at least 5% better than the baseline")
     assert ", 0.99x as fast [" in races[0]  # a ratio below 1 reads as a speed, not "as good"
+
+
+def test_a_race_s_replicate_runs_include_each_config_s_search_trial_when_it_trained_as_many_samples():
+    settings = make_settings()  # samples=1024
+    outcomes = {}
+    for samples in (1024, 2048):
+        study = make_study()
+        add(study, 100.0, baseline=True)
+        cand = add(study, 150.0, num_workers=2)  # the baseline's math: judged on samples/s
+        # 1.50x then 1.20x: the pairs alone give an interval from 0.51x to 2.6x; the baseline's search trial and its
+        # first run agree (100), the candidate's three runs too (150)
+        race(study, cand.number, [100.0, 125.0], [150.0, 150.0], samples=samples)
+        (got,) = races_of(study.get_trials(deepcopy=False), settings)
+        outcomes[samples] = got.verdict
+    assert outcomes[1024].outcome == "win" and outcomes[1024].df == 4  # 2 + 2 degrees: each config's 3 runs
+    assert outcomes[2048].outcome == "running" and outcomes[2048].df in (-1, 2)  # runs longer than the search's: pairs only
