@@ -252,6 +252,11 @@ def judge_race(
     how many times sooner it reached the baseline's loss, and the reason says so. Without those times
     (a run with no loss curve) it falls back to the objective value with ``quality``'s veto (slower to
     the target in the median pair: a loss).
+
+    ``searched`` (the incumbent's and the candidate's search trials, each ``None`` unless it trained as
+    many samples as the race's runs) and ``settings`` (for the objective) add those trials' figures to
+    each config's replicate runs (:func:`autotune.paired.replicate_ss`), beside its paired runs, except
+    in a race of other math judged on samples/s (its runs may have stopped at the loss target).
     """
     timed = quality and bool(pairs) and all(math.isfinite(p.incumbent_reach) and math.isfinite(p.candidate_reach) for p in pairs)
     inc_search, cand_search = searched
