@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 import random
 import re
 import sys
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -107,10 +109,15 @@ def _retry_seconds() -> float:
     return value
 
 
+#: System attribute of a queued trial: a random token that makes retrying its creation idempotent
+#: (:meth:`ResilientRDBStorage._create_new_trial`).
+CREATE_TOKEN_ATTR = "autotune:create_token"
+
 #: Private methods that Optuna's own wrappers call (``_CachedStorage``, ``fail_stale_trials``); each
 #: opens and commits its own session, so it can be retried whole.
-_PRIVATE_CALLS = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
+_PRIVATE_CALLS = {"_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
 _NOT_RETRIED = {
+    "create_new_trial",  # calls _create_new_trial, which retries itself (see there)
     "upgrade",
     "get_current_version",
     "get_head_version",
@@ -158,6 +165,7 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
         self._retry_seconds = float(retry_seconds) if retry_seconds is not None else _retry_seconds()
         self._outage_lock = threading.Lock()
         self._down_since: float | None = None
+        self._creating = threading.local()  # attempts of the trial creation in progress on this thread
         super().__init__(url, **kwargs)
 
     def _retry(self, call: Callable[[], Any]) -> Any:
@@ -199,6 +207,47 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
                         )
                         self._down_since = None
             return result
+
+    def _create_new_trial(self, study_id: int, template_trial: Any = None) -> Any:
+        """Optuna's ``RDBStorage._create_new_trial``, retried without ever creating the trial twice.
+
+        A write is ambiguous when the connection is lost after the server committed it but before it
+        answered; retrying ``enqueue_trial`` then queued two trials where one was asked for (a
+        ``--trials 4`` search across an outage ran 5). A trial made from a template (every queued
+        trial) carries a random :data:`CREATE_TOKEN_ATTR` system attribute, and every attempt after
+        the first (ours, or Optuna's own retries inside this call) first looks for a trial of the
+        study holding that token, under the study's row lock that trial creation takes.
+        """
+        if template_trial is None:
+            return self._retry(lambda: optuna.storages.RDBStorage._create_new_trial(self, study_id, None))
+        template = copy.copy(template_trial)
+        template.system_attrs = {**template_trial.system_attrs, CREATE_TOKEN_ATTR: uuid.uuid4().hex}
+        self._creating.attempts = 0
+        try:
+            return self._retry(lambda: optuna.storages.RDBStorage._create_new_trial(self, study_id, template))
+        finally:
+            self._creating.attempts = 0
+
+    def _get_prepared_new_trial(self, study_id: int, template_trial: Any, session: Any) -> Any:
+        attempts = getattr(self._creating, "attempts", 0)
+        self._creating.attempts = attempts + 1
+        token = template_trial.system_attrs.get(CREATE_TOKEN_ATTR) if template_trial is not None else None
+        if token and attempts:
+            from optuna.storages._rdb import models
+
+            made = (
+                session.query(models.TrialModel)
+                .join(models.TrialSystemAttributeModel, models.TrialSystemAttributeModel.trial_id == models.TrialModel.trial_id)
+                .filter(
+                    models.TrialModel.study_id == study_id,
+                    models.TrialSystemAttributeModel.key == CREATE_TOKEN_ATTR,
+                    models.TrialSystemAttributeModel.value_json == json.dumps(token),
+                )
+                .one_or_none()
+            )
+            if made is not None:  # an earlier attempt's commit reached the server
+                return made
+        return super()._get_prepared_new_trial(study_id, template_trial, session)
 
     def _get_trials(self, study_id: int, states: Any, included_trial_ids: set[int], trial_id_greater_than: int) -> list:
         """Optuna's ``RDBStorage._get_trials`` (the read behind ``get_all_trials`` and Optuna's trial

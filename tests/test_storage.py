@@ -249,3 +249,42 @@ def test_a_server_with_no_free_connection_is_waited_for_when_opening(tmp_path, m
     monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY", "0")  # no time left to wait: one line, exit 2 as before
     with pytest.raises(module.StorageError, match="too many clients"):
         module.open_storage(f"sqlite:///{tmp_path / 't.db'}")
+
+
+@pytest.mark.parametrize("token_check", [True, False])
+def test_a_queued_trial_whose_commit_landed_before_the_connection_was_lost_is_not_queued_twice(tmp_path, monkeypatch, token_check):
+    """The server commits ``enqueue_trial``'s insert, then the connection drops before it answers: the
+    retry finds the trial the lost attempt made instead of queueing a second one (without the check,
+    the control case, it does queue two)."""
+    import contextlib
+
+    import optuna.storages._rdb.storage as rdb
+
+    from autotune import storage as module
+
+    storage = ResilientRDBStorage(f"sqlite:///{tmp_path / 's.db'}", retry_seconds=30)
+    study = optuna.create_study(storage=storage, study_name="s")
+    original, lost = rdb._create_scoped_session, []
+
+    @contextlib.contextmanager
+    def commit_then_lose(*args, **kwargs):
+        with original(*args, **kwargs) as session:
+            yield session
+            inserts_trial = any(isinstance(o, rdb.models.TrialModel) for o in [*session.new, *session.identity_map.values()])
+        if inserts_trial and not lost:  # committed: the answer is lost
+            lost.append(1)
+            raise optuna.exceptions.StorageInternalError("commit failed") from _lost_connection()
+
+    monkeypatch.setattr(rdb, "_create_scoped_session", commit_then_lose)
+    if not token_check:
+        monkeypatch.setattr(module, "CREATE_TOKEN_ATTR", "")  # no token: every attempt inserts
+        monkeypatch.setattr(module.ResilientRDBStorage, "_get_prepared_new_trial", optuna.storages.RDBStorage._get_prepared_new_trial)
+    study.enqueue_trial({"x": 1.0}, user_attrs={"baseline": True})
+    study.enqueue_trial({"x": 2.0})
+    trials = study.get_trials()
+    assert lost == [1]
+    if token_check:
+        assert [t.system_attrs["fixed_params"] for t in trials] == [{"x": 1.0}, {"x": 2.0}] and [t.number for t in trials] == [0, 1]
+        assert trials[0].user_attrs == {"baseline": True} and trials[0].state.name == "WAITING"
+    else:
+        assert len(trials) == 3
