@@ -307,17 +307,18 @@ def test_replicate_ss_pools_each_groups_log_deviations_and_skips_what_is_not_a_f
     assert df == 2 and ss == pytest.approx(0.5)  # logs 0 and 1 about 0.5; the 5s agree; NaN, inf and 0 skipped
 
 
-def _false_wins_with_replicates(sigma: float, drift: float, races: int = 2000, true_ratio: float = 1.0) -> tuple[float, float]:
+def _false_wins_with_replicates(sigma: float, drift: float, races: int = 2000, true_ratio: float = 1.0, one: list | None = None) -> tuple[float, float]:
     """As :func:`_false_wins`, but each run's log figure is the moment's drift (standard deviation ``drift``,
     shared by a pair's two runs) plus its own jitter (``sigma``), and each config also ran once in the search,
-    at a moment of its own: the replicate runs' interval (``replicate_ss``) judges beside the pairs'."""
+    at a moment of its own: the replicate runs' interval (``replicate_ss``) judges beside the pairs'.
+    Returns the share of races won, and of races won at two pairs; ``one`` gets the share won at one pair."""
     import random
 
     from autotune.paired import replicate_ss
 
     rng = random.Random(11)
     effect = math.log(true_ratio)
-    wins = early = 0
+    wins = early = first = 0
     for _ in range(races):
         searched = (100.0 * math.exp(rng.gauss(0, drift) + rng.gauss(0, sigma)), 100.0 * math.exp(rng.gauss(0, drift) + effect + rng.gauss(0, sigma)))
         pairs = []
@@ -329,17 +330,49 @@ def _false_wins_with_replicates(sigma: float, drift: float, races: int = 2000, t
             if got.decided:
                 wins += got.outcome == "win"
                 early += got.outcome == "win" and got.pairs == 2
+                first += got.outcome == "win" and got.pairs == 1
                 break
+    if one is not None:
+        one.append(first / races)
     return wins / races, early / races
 
 
 def test_the_replicate_runs_interval_adds_few_false_wins():
     for sigma in (0.05, 0.15, 0.3):
         for drift in (0.0, 0.3):
-            wins, early = _false_wins_with_replicates(sigma, drift)  # 9.2% and 5.1% at 0.15 without drift (7.5%, 4.0% by the pairs alone)
+            one: list[float] = []  # wins at one pair (the replicate runs' 99.5% bound): 0.2% at most
+            wins, early = _false_wins_with_replicates(sigma, drift, one=one)  # 9.3% and 5.0% at 0.15 without drift (7.5%, 4.0% by the pairs alone)
             assert wins <= 0.135 and early <= 0.07, (sigma, drift, wins, early)
-            slower, _ = _false_wins_with_replicates(sigma, drift, true_ratio=0.9)
+            slower, _ = _false_wins_with_replicates(sigma, drift, true_ratio=0.9, one=one)
             assert slower <= (0.025 if sigma <= 0.15 else 0.065), (sigma, drift, slower)
+            assert max(one) <= 0.005, (sigma, drift, one)
+    # what one pair buys: a true 19x, at a jitter of 0.15, is won at its first pair in most races (85%)
+    one = []
+    _false_wins_with_replicates(0.15, 0.0, true_ratio=19.0, one=one)
+    assert one[0] >= 0.75, one
     # what it buys: a true 1.3x speed-up is decided at two pairs twice as often (40% against 19% by the pairs alone)
     _, early = _false_wins_with_replicates(0.15, 0.0, true_ratio=1.3)
     assert early >= 0.35, early
+
+
+def test_one_pair_wins_only_a_large_speed_up_its_replicate_runs_agree_on():
+    from autotune.paired import chain, replicate_ss
+
+    # demo BoringModel beside a CPU hog: 19x in its one pair, each config's search trial near its paired run
+    pair = [Pair(100.0, 1900.0)]
+    agree = replicate_ss([[100.0, 112.0], [1900.0, 1750.0]])
+    got = judge(pair, maximize=True, tolerance=0.05, replicates=agree)
+    assert got.outcome == "win" and got.pairs == 1 and got.df == 2 and "one pair" in got.reason
+    assert got.low < 19.0 < got.high and got.low > 1.05
+    ratio, low, high, pairs = chain([got])
+    assert (ratio, low, high, pairs) == (pytest.approx(19.0), got.low, got.high, 1) and math.isfinite(got.log_se) and got.log_se > 0
+    # the pairs alone (no search trials), or search trials far from the paired runs: no decision yet
+    assert judge(pair, maximize=True, tolerance=0.05).outcome == "running"
+    assert judge(pair, maximize=True, tolerance=0.05, replicates=replicate_ss([[100.0, 112.0], [1900.0]])).outcome == "running"
+    spread = replicate_ss([[100.0, 400.0], [1900.0, 300.0]])
+    assert judge(pair, maximize=True, tolerance=0.05, replicates=spread).outcome == "running"
+    # a 1.3x at this machine's run-to-run jitter (10%) is not decided at one pair (at 1% it is); nor a loss: only a win is
+    assert judge([Pair(100.0, 130.0)], maximize=True, tolerance=0.05, replicates=replicate_ss([[100.0, 110.0], [130.0, 118.0]])).outcome == "running"
+    assert judge([Pair(100.0, 130.0)], maximize=True, tolerance=0.05, replicates=replicate_ss([[100.0, 101.0], [130.0, 131.0]])).outcome == "win"
+    broke = [Pair(100.0, 1900.0, incumbent_loss=1.0, candidate_loss=1.5)]
+    assert judge(broke, maximize=True, tolerance=0.05, replicates=agree).outcome == "running"

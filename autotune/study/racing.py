@@ -13,7 +13,8 @@ run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: th
 seconds and this run's own start-up, model inspection and memory probes. No pair starts when the
 confirmation seconds so far plus the pair's expected seconds (the race's longest pair so far; before
 its first, what the two search trials predict) would pass it, the first race's included; a race
-needs :data:`autotune.paired.MIN_PAIRS` (2) pairs to be decided, and a race after the first starts
+needs :data:`autotune.paired.MIN_PAIRS` (2) pairs to be decided (a large speed-up may win at one, on
+its replicate runs: :func:`autotune.paired.judge`), and a race after the first starts
 only when all of them are expected to fit (:func:`_over_budget`) (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
 :func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
