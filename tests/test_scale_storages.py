@@ -160,6 +160,35 @@ def test_a_dead_worker_s_trial_is_failed_and_retried_once_without_heartbeats(tmp
     assert len(study.trials) == 3 and first.number == 0
 
 
+def test_a_running_trial_that_never_sent_a_heartbeat_is_failed_and_retried_past_twice_its_cap(tmp_path, monkeypatch):
+    """A claim whose commit reached the server but whose answer was lost in an outage leaves a trial
+    RUNNING with no heartbeat and no worker: Optuna never finds it stale. Past twice its
+    --trial-timeout plus the grace it is failed and queued again; a trial with a worker is not."""
+    from types import SimpleNamespace
+
+    from autotune.optuna_compat import claim_waiting, heartbeat_interval, set_trial_system_attr
+    from autotune.study.queue import _fail_stale
+    from autotune.study.trial import TIMEOUT_ATTR
+
+    study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat=True))
+    assert heartbeat_interval(study)
+    study.enqueue_trial({"x": 1.0})
+    study.enqueue_trial({"x": 2.0})
+    orphan, mine = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    study._storage.set_trial_state_values(orphan._trial_id, state=optuna.trial.TrialState.RUNNING)  # the lost claim
+    claimed = claim_waiting(study, mine)  # a worker's claim: a first heartbeat at once
+    set_trial_system_attr(study, claimed, TIMEOUT_ATTR, 3600.0)
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE", "0")
+    _fail_stale(study, SimpleNamespace(trial_timeout=3600.0))
+    assert [t.state.name for t in study.trials] == ["RUNNING", "RUNNING"]  # within twice the cap: waited for
+    _fail_stale(study, SimpleNamespace(trial_timeout=0.0))
+    states = [t.state.name for t in study.trials]
+    assert states == ["FAIL", "RUNNING", "WAITING"], states  # the orphan failed and queued once more; the live trial kept
+    assert study.trials[2].system_attrs["failed_trial"] == 0 and "claim was lost" in study.user_attrs["stale_trial_0"]
+    _fail_stale(study, SimpleNamespace(trial_timeout=0.0))
+    assert len(study.trials) == 3
+
+
 def test_waiting_for_another_process_s_trial_without_heartbeats_says_until_when_once(tmp_path, monkeypatch):
     """A new user's report: after a proxy restart a resumed search waited silently for a dead
     worker's RUNNING trial (up to --trial-timeout + grace). It now says so, once per trial."""

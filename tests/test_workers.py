@@ -228,6 +228,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
 def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatch):
     """The heartbeat runs until the trial is told: storing figures on a busy database takes time."""
     import threading
+    from types import SimpleNamespace
 
     from autotune.report import ConsoleUI
     from autotune.study import SearchOptions, open_storage, run_search
@@ -243,14 +244,19 @@ def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatc
 
     monkeypatch.setattr(optuna.storages.RDBStorage, "set_trial_user_attr", slow)
     url = f"sqlite:///{tmp_path / 'slow.db'}"
-    done = threading.Event()
+    done, checks = threading.Event(), []
 
     def other_worker():  # what every other worker does between trials
         while not done.wait(0.3):
             try:
-                _fail_stale(optuna.load_study(study_name="slow", storage=open_storage(url, create=False, heartbeat=True)))
+                study = optuna.load_study(study_name="slow", storage=open_storage(url, create=False, heartbeat=True))
             except Exception:
-                pass  # the study does not exist yet
+                continue  # the study does not exist yet
+            try:
+                _fail_stale(study, SimpleNamespace(trial_timeout=3600.0))
+                checks.append(None)
+            except Exception as e:
+                checks.append(e)
 
     watcher = threading.Thread(target=other_worker)
     watcher.start()
@@ -263,6 +269,7 @@ def test_a_trial_being_stored_slowly_is_not_failed_as_stale(tmp_path, monkeypatc
     study = optuna.load_study(study_name="slow", storage=url)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     assert not [k for k in study.user_attrs if k.startswith("stale_trial_")]
+    assert checks and not [e for e in checks if e is not None], checks  # the other worker's checks ran, and without error
 
 
 def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):

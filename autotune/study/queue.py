@@ -407,26 +407,42 @@ def _fail_stale(study, settings: StudySettings) -> None:
     """Fail trials whose worker is gone, and retry each once: on an RDB storage, those that stopped
     sending heartbeats (Optuna's ``fail_stale_trials``); on a storage without heartbeats (a journal
     file, a gRPC proxy), those still RUNNING longer than their ``--trial-timeout`` plus the heartbeat
-    grace period after they started (:func:`autotune.optuna_compat.fail_overdue_trials`)."""
+    grace period after they started (:func:`autotune.optuna_compat.fail_overdue_trials`).
+
+    On an RDB storage, a trial still RUNNING twice that long is failed and retried too: one that never
+    sent a heartbeat, which Optuna never finds stale. That happens when a claim's commit reached the
+    server but its answer was lost in an outage: the claiming process saw the trial taken and went on,
+    and every process would otherwise wait for it for ever. (A trial is killed at its timeout, so one
+    running past twice its timeout plus the grace has no live worker.)"""
+    grace = heartbeat_seconds()[1]
+
+    def overdue(trial) -> float:
+        return float(trial.system_attrs.get(TIMEOUT_ATTR, settings.trial_timeout)) + grace
+
+    def retry(study, trial) -> None:
+        retry_stale_trial(
+            study,
+            trial,
+            f"still running {overdue(trial):g} s after it started, past its --trial-timeout "
+            "(its worker was killed, or its machine lost; this storage has no heartbeats)",
+        )
+
     if heartbeat_interval(study) is None:
-        grace = heartbeat_seconds()[1]
-
-        def overdue(trial) -> float:
-            return float(trial.system_attrs.get(TIMEOUT_ATTR, settings.trial_timeout)) + grace
-
-        def retry(study, trial) -> None:
-            retry_stale_trial(
-                study,
-                trial,
-                f"still running {overdue(trial):g} s after it started, past its --trial-timeout "
-                "(its worker was killed, or its machine lost; this storage has no heartbeats)",
-            )
-
         fail_overdue_trials(study, overdue, retry)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+
+    def orphan(study, trial) -> None:
+        retry_stale_trial(
+            study,
+            trial,
+            f"still running {2 * overdue(trial):g} s after it started without a worker "
+            "(twice its --trial-timeout plus the grace; its claim was lost in a database outage)",
+        )
+
+    fail_overdue_trials(study, lambda trial: 2 * overdue(trial), orphan)
 
 
 def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: str = "search", run_id: str | None = None) -> None:
