@@ -794,7 +794,8 @@ def test_a_race_of_other_math_stops_its_runs_at_the_baseline_s_loss_target(tmp_p
     study = load(db, "tiny")
     target = study.user_attrs["baseline"]["loss_target"]
     runs = [t for t in study.trials if "pair_of" in t.user_attrs]
-    assert len(runs) >= 4 and all(t.user_attrs["stop_at_target"] == target for t in runs)
+    # a pair at least (a large speed-up may win at its first: autotune.paired.judge)
+    assert len(runs) >= 2 and all(t.user_attrs["stop_at_target"] == target for t in runs)
     stopped = [t for t in runs if t.user_attrs.get("stopped_at_target")]
     # the candidate (4x the lr) reaches the baseline's loss + 5% long before its budget ends; every run that stopped
     # did so once it had reached the target, at a check from a quarter of its budget on; the others trained it all
