@@ -68,6 +68,9 @@ class TrialRecord:
         time_to_target: Seconds to the baseline's loss (``time-to-quality``), or NaN.
         target_reached: The trial's curve reached the target (``False``: extrapolated).
         goodput: Samples/s x statistical efficiency (``goodput``), or NaN.
+        feasible: Whether the trial was judged within the loss tolerance when it was told (its stored
+            ``feasible``: a config of the baseline's math is held to the sanity check's wider
+            tolerance), or ``None`` (not stored): :func:`recommend` then judges ``loss`` itself.
     """
 
     number: int
@@ -78,6 +81,7 @@ class TrialRecord:
     time_to_target: float = math.nan
     target_reached: bool = True
     goodput: float = math.nan
+    feasible: bool | None = None
 
 
 #: ``loss_source`` of a trial judged by the loss its ``training_step`` returned (the mean over the last
@@ -234,7 +238,8 @@ def recommend(
     objective: str = "throughput",
     mode: str = "min",
 ) -> TrialRecord | None:
-    """The recommended trial: the fastest complete trial whose loss is within tolerance.
+    """The recommended trial: the fastest complete trial whose loss is within tolerance (as the trial
+    was judged when told, :attr:`TrialRecord.feasible`, when stored).
 
     Under ``pareto`` the candidates are first restricted to the Pareto front (the fastest feasible
     trial is always on it, so both objectives agree; the front is what the Pareto study shows).
@@ -246,9 +251,11 @@ def recommend(
         The trial, or ``None`` when no complete trial is feasible.
     """
     candidates = pareto_front(records, mode) if objective == "pareto" else [r for r in records if r.complete]
-    feasible = [
-        r for r in candidates if math.isfinite(r.samples_per_sec) and is_feasible(constraint_value(r.loss, baseline_loss, tolerance, mode))
-    ]
+
+    def within(r: TrialRecord) -> bool:  # as the trial was told, else by its loss at ``tolerance``
+        return r.feasible if r.feasible is not None else is_feasible(constraint_value(r.loss, baseline_loss, tolerance, mode))
+
+    feasible = [r for r in candidates if math.isfinite(r.samples_per_sec) and within(r)]
     if not feasible:
         return None
     if objective == "time-to-quality":

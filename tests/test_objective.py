@@ -81,6 +81,13 @@ def test_recommend_fastest_feasible_never_infeasible_or_failed():
     assert recommend([R(1, 300, 2.0)], 1.0, 0.05) is None
 
 
+def test_recommend_follows_the_feasibility_a_trial_was_told():
+    # a config of the baseline's math is told feasible at the sanity check's wider tolerance (its loss 7% up)
+    records = [R(0, 100, 1.0, baseline=True), TrialRecord(1, True, 300.0, 1.07, feasible=True), TrialRecord(2, True, 400.0, 1.01, feasible=False)]
+    assert recommend(records, 1.0, 0.05).number == 1
+    assert recommend([R(0, 100, 1.0, baseline=True), R(1, 300, 1.07)], 1.0, 0.05).number == 0  # not stored: judged at 5%
+
+
 def test_recommend_tie_goes_to_the_baseline():
     assert recommend([R(1, 100, 1.0), R(0, 100, 1.0, baseline=True)], 1.0, 0.05).number == 0
 

@@ -41,6 +41,7 @@ def records_of(study, trials: list | None = None) -> list:
                 time_to_target=_seconds_to_target(attrs),
                 target_reached=bool(attrs.get("target_reached", False)),
                 goodput=float(attrs.get("goodput", math.nan)),
+                feasible=None if attrs.get("feasible") is None else bool(attrs["feasible"]),
             )
         )
     return out

@@ -47,6 +47,18 @@ def test_the_fastest_feasible_trial_is_recommended_not_a_faster_infeasible_one()
     assert recommended.number == good.number and baseline.number == base.number
 
 
+def test_a_config_of_the_baseline_s_math_told_feasible_at_the_wider_tolerance_is_a_candidate():
+    """A new user's report: trial 5 (the baseline's math, 2.8x faster, loss 46% up against a 30% tolerance
+    whose same-math limit is 90%) was shown and stored feasible, yet confirmation said "no feasible config
+    other than the baseline to race": the candidates re-judged its loss at the plain tolerance."""
+    study = make_study(loss_tolerance=0.3)
+    add(study, 650.0, 0.0256, baseline=True)
+    same = add(study, 1818.0, 0.0374, attrs={"feasible": True, "constraint": -0.011, "math": "preserving"},  # as tell.py judged it
+               batch_size=16, accumulate_grad_batches=2)
+    assert same.user_attrs["feasible"] and [t.number for t in confirm_candidates(study, _settings(study), 3)] == [same.number]
+    assert recommendation(study, _settings(study))[0].number == same.number
+
+
 def test_the_baseline_is_recommended_when_nothing_beats_it_within_tolerance():
     study = make_study()
     base = add(study, 100.0, 1.0, baseline=True)
