@@ -196,7 +196,12 @@ def _parse_knob(name: Any, spec: Any, source: str) -> KnobSpec:
     keys = set(spec)
     unknown = keys - _CHOICE_KEYS - _RANGE_KEYS
     if unknown:
-        raise SpaceError(f"{source}: {where} has unknown key(s) {sorted(unknown)}; allowed: {sorted(_CHOICE_KEYS | _RANGE_KEYS)}")
+        import difflib
+
+        allowed = sorted(_CHOICE_KEYS | _RANGE_KEYS)
+        close = [m for key in sorted(map(str, unknown)) for m in difflib.get_close_matches(key, allowed, n=1)]
+        hint = f" (did you mean {close[0]!r}?)" if len(close) == 1 and len(unknown) == 1 else ""
+        raise SpaceError(f"{source}: {where} has unknown key(s) {sorted(unknown)}{hint}; allowed: {allowed}")
     if "choices" in keys:
         if keys - {"choices"}:
             raise SpaceError(f"{source}: {where} has 'choices' and also {sorted(keys - {'choices'})}; use one form")
