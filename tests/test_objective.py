@@ -316,3 +316,15 @@ def test_a_plateau_at_the_baselines_quality_reaches_the_relaxed_target_but_not_i
     assert not time_to_target(smooth, strict, 10_000.0, 8192).reached
     got = time_to_target(smooth, relaxed, 10_000.0, 8192)
     assert got.reached and got.samples <= 1024  # at the first full smoothing window
+
+
+def test_the_quality_line_of_a_recommended_baseline_does_not_compare_it_with_itself():
+    from types import SimpleNamespace
+
+    from autotune.summary import quality_line
+
+    base = SimpleNamespace(number=0, user_attrs={"time_to_target": 9.18, "target_reached": True, "loss_target": 0.12})
+    faster = SimpleNamespace(number=3, user_attrs={"time_to_target": 5.1, "target_reached": True, "loss_target": 0.12})
+    assert quality_line(faster, base).endswith("5.1 s (reached) vs 9.18 s for the baseline = 1.80x faster")
+    line = quality_line(base, base)
+    assert line.endswith("9.18 s (reached)") and "faster" not in line and "vs" not in line
