@@ -56,6 +56,21 @@ _COLUMNS = (
 _TEXT_COLUMNS = frozenset({"note", "other", "status"})
 
 
+def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> str:
+    """Why an infeasible trial is: ``"loss +46% vs the baseline's (limit +15%)"`` (the limit a config of
+    the baseline's math is held to is the sanity check's wider one), or ``""`` when not known."""
+    from autotune.study.math_class import PRESERVING, SANITY_FACTOR, SANITY_FLOOR
+
+    base, settings = (study_attrs.get("baseline") or {}).get("loss"), study_attrs.get("autotune") or {}
+    loss, tolerance = attrs.get("loss"), settings.get("loss_tolerance")
+    if loss is None or not base or tolerance is None or not (math.isfinite(float(loss)) and math.isfinite(float(base))):
+        return ""
+    if attrs.get("math") == PRESERVING:
+        tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+    sign = -1 if settings.get("mode") == "max" else 1
+    return f"loss {float(loss) / float(base) - 1:+.0%} vs the baseline's (limit {sign * tolerance:+.0%})"
+
+
 def trial_rows(study, recommended_number: int | None = None, full: bool = False, trials=None) -> list[dict[str, Any]]:
     """One plain dict per trial: config, figures, state and failure reason (for tables, JSON, YAML).
 
@@ -90,6 +105,9 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                 f"{note} loss sanity failed: {sanity['change']:+.0%} against the baseline's at {sanity['samples']} samples "
                 f"(limit {sanity['tolerance']:+.0%})"
             ).strip()
+        if attrs.get("feasible") is False and t.state.name == "COMPLETE" and study is not None:
+            study_attrs = study.user_attrs if study_attrs is None else study_attrs
+            note = (f"{note} {_loss_change(attrs, study_attrs)}").strip()
         if "seeded_from" in attrs:
             note = ("--enqueue " + note).strip()
         if t.number == recommended_number:

@@ -324,3 +324,17 @@ def test_a_candidate_of_other_math_already_slower_to_the_target_is_raced_after_t
     assert [t.number for t in confirm_candidates(study, settings, 10)] == [same.number, quick.number, unknown.number, slow.number,
                                                                            never.number]
     assert [t.number for t in confirm_candidates(study, settings, 2)] == [slow.number, never.number]  # the 2 best, then ordered
+
+
+def test_the_table_says_by_how_much_an_infeasible_trial_missed_the_loss_and_against_what_limit():
+    from autotune.report import trial_rows
+
+    study = make_study(loss_tolerance=0.05)
+    add(study, 100.0, 1.0, baseline=True)
+    other = add(study, 300.0, 1.2, batch_size=128)  # other math: the plain tolerance
+    same = add(study, 150.0, 1.28, attrs={"feasible": False, "math": "preserving"}, num_workers=2)  # the sanity check's 15%
+    fine = add(study, 120.0, 1.01, batch_size=64)
+    notes = {r["number"]: r["note"] for r in trial_rows(study)}
+    assert notes[other.number].endswith("loss +20% vs the baseline's (limit +5%)")
+    assert notes[same.number].endswith("loss +28% vs the baseline's (limit +15%)") and notes[same.number].startswith("same math")
+    assert "loss" not in notes[fine.number] and "loss" not in notes[0]
