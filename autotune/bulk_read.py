@@ -22,17 +22,22 @@ With ``user_attr_keys``, it reads a *digest* instead (:mod:`autotune.study.diges
 attributes, only the system attributes ``system_attr_keys``, and no intermediate value; what the
 queries over every trial of a large study need (``autotune show``, ``export``, ``report``), without
 parsing the loss curves and per-rank figures of each trial.
+
+:class:`OrderedTrialCache` is the other half of a fast read: Optuna's trial cache without its sort.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 from collections import defaultdict
 from collections.abc import Collection, Container, Iterable
 from typing import Any
 
-__all__ = ["read_trials"]
+import optuna
+
+__all__ = ["OrderedTrialCache", "read_trials"]
 
 #: Most trial ids a child-table query lists (``IN (1, 2, ...)``; SQLite allows 32,766 parameters).
 _LISTED_IDS = 2000
@@ -210,3 +215,46 @@ def read_trials(
             )
         )
     return found
+
+
+class OrderedTrialCache(optuna.storages._CachedStorage):
+    """Optuna's trial cache (``_CachedStorage``) whose ``get_all_trials`` does not sort the study.
+
+    Optuna's cache keeps a study's trials in a dict and sorts all of them by number on every
+    ``get_all_trials``: ~3 ms at 10,000 trials, a dozen times per trial of a search. A study's trial
+    numbers are 0..n-1, so this keeps them in a list indexed by number, filled as Optuna's cache
+    adds trials; a read is a copy of the list (or one filtering pass for ``states``). The same
+    trials in the same order as Optuna's (``tests/test_bulk_read.py``).
+    """
+
+    def __init__(self, backend: optuna.storages.RDBStorage) -> None:
+        super().__init__(backend)
+        self._ordered: dict[int, list] = {}
+        self._gaps: dict[int, int] = {}  # unfilled numbers per study (``None in list`` would compare every trial)
+
+    def _add_trials_to_cache(self, study_id: int, trials: list) -> None:
+        super()._add_trials_to_cache(study_id, trials)
+        ordered = self._ordered.setdefault(study_id, [])
+        gaps = self._gaps.get(study_id, 0)
+        for trial in trials:
+            if trial.number >= len(ordered):
+                gaps += trial.number + 1 - len(ordered)
+                ordered.extend([None] * (trial.number + 1 - len(ordered)))
+            if ordered[trial.number] is None:
+                gaps -= 1
+            ordered[trial.number] = trial
+        self._gaps[study_id] = gaps
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list:
+        self._read_trials_from_remote_storage(study_id)
+        with self._lock:
+            ordered = self._ordered.get(study_id, [])
+            if self._gaps.get(study_id, 0):  # a gap in the numbers (not made by Optuna): sort as Optuna does
+                return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+            trials = list(ordered) if states is None else [t for t in ordered if t.state in states]
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def delete_study(self, study_id: int) -> None:
+        super().delete_study(study_id)
+        self._ordered.pop(study_id, None)
+        self._gaps.pop(study_id, None)

@@ -307,7 +307,7 @@ def judge(
         assert replicates is not None
         ss, df = replicates
         se = math.sqrt(2.0 * ss / df)
-        half, low, high = _t95(df) * se, math.exp(mean - _t95(df) * se), math.exp(mean + _t95(df) * se)
+        low, high = math.exp(mean - _t95(df) * se), math.exp(mean + _t95(df) * se)
     elif n < min_pairs:
         return verdict("running")
     mine = statistics.median(p.candidate_loss for p in pairs)

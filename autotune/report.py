@@ -59,14 +59,15 @@ _TEXT_COLUMNS = frozenset({"note", "other", "status"})
 def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> str:
     """Why an infeasible trial is: ``"loss +46% vs the baseline's (limit +15%)"`` (the limit a config of
     the baseline's math is held to is the sanity check's wider one), or ``""`` when not known."""
-    from autotune.study.math_class import PRESERVING, SANITY_FACTOR, SANITY_FLOOR
+    from autotune.study.math_class import PRESERVING, sanity_tolerance
+    from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR
 
-    base, settings = (study_attrs.get("baseline") or {}).get("loss"), study_attrs.get("autotune") or {}
+    base, settings = (study_attrs.get(BASELINE_ATTR) or {}).get("loss"), study_attrs.get(SETTINGS_ATTR) or {}
     loss, tolerance = attrs.get("loss"), settings.get("loss_tolerance")
     if loss is None or not base or tolerance is None or not (math.isfinite(float(loss)) and math.isfinite(float(base))):
         return ""
     if attrs.get("math") == PRESERVING:
-        tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+        tolerance = sanity_tolerance(tolerance)
     sign = -1 if settings.get("mode") == "max" else 1
     return f"loss {float(loss) / float(base) - 1:+.0%} vs the baseline's (limit {sign * tolerance:+.0%})"
 

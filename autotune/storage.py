@@ -279,49 +279,6 @@ class ResilientRDBStorage(optuna.storages.RDBStorage):
         return mask_text(text, getattr(self, "url", ""))[:160]
 
 
-class OrderedTrialCache(optuna.storages._CachedStorage):
-    """Optuna's trial cache (``_CachedStorage``) whose ``get_all_trials`` does not sort the study.
-
-    Optuna's cache keeps a study's trials in a dict and sorts all of them by number on every
-    ``get_all_trials``: ~3 ms at 10,000 trials, a dozen times per trial of a search. A study's trial
-    numbers are 0..n-1, so this keeps them in a list indexed by number, filled as Optuna's cache
-    adds trials; a read is a copy of the list (or one filtering pass for ``states``). The same
-    trials in the same order as Optuna's (``tests/test_bulk_read.py``).
-    """
-
-    def __init__(self, backend: optuna.storages.RDBStorage) -> None:
-        super().__init__(backend)
-        self._ordered: dict[int, list] = {}
-        self._gaps: dict[int, int] = {}  # unfilled numbers per study (``None in list`` would compare every trial)
-
-    def _add_trials_to_cache(self, study_id: int, trials: list) -> None:
-        super()._add_trials_to_cache(study_id, trials)
-        ordered = self._ordered.setdefault(study_id, [])
-        gaps = self._gaps.get(study_id, 0)
-        for trial in trials:
-            if trial.number >= len(ordered):
-                gaps += trial.number + 1 - len(ordered)
-                ordered.extend([None] * (trial.number + 1 - len(ordered)))
-            if ordered[trial.number] is None:
-                gaps -= 1
-            ordered[trial.number] = trial
-        self._gaps[study_id] = gaps
-
-    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list:
-        self._read_trials_from_remote_storage(study_id)
-        with self._lock:
-            ordered = self._ordered.get(study_id, [])
-            if self._gaps.get(study_id, 0):  # a gap in the numbers (not made by Optuna): sort as Optuna does
-                return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-            trials = list(ordered) if states is None else [t for t in ordered if t.state in states]
-        return copy.deepcopy(trials) if deepcopy else trials
-
-    def delete_study(self, study_id: int) -> None:
-        super().delete_study(study_id)
-        self._ordered.pop(study_id, None)
-        self._gaps.pop(study_id, None)
-
-
 def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self, *args: Any, **kwargs: Any) -> Any:
@@ -544,6 +501,8 @@ def _open_rdb(url: str, heartbeat: bool):
                 )
                 # Optuna's own cache of finished trials (``optuna.load_study`` wraps a bare RDBStorage in a
                 # new, empty one on every call): each later read fetches only new and unfinished trials
+                from autotune.bulk_read import OrderedTrialCache
+
                 return OrderedTrialCache(rdb)
         except Exception as e:  # SQLAlchemy raises several types for a bad URL or server
             detail = mask_text(str(e).splitlines()[0] if str(e) else type(e).__name__, url)

@@ -174,14 +174,10 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
     if mine is None:
         return "time to the baseline's training loss: never reached (its curve is not falling)"
     how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
+    line = f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}, within the loss tolerance): {mine:.3g} s ({how})"
     if trial.number == baseline.number:  # the baseline recommended: nothing to compare with
-        return (
-            f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}, within the loss tolerance): {mine:.3g} s ({how})"
-        )
-    return (
-        f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}, within the loss tolerance): {mine:.3g} s ({how}) "
-        f"vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster"
-    )
+        return line
+    return f"{line} vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster"
 
 
 def flops_line(trial: Any) -> str | None:

@@ -162,7 +162,7 @@ def test_a_digest_read_is_optunas_read_with_only_the_user_attributes_asked_for(t
 
 
 def test_the_ordered_cache_returns_what_optunas_cache_returns_as_the_study_changes(tmp_path):
-    from autotune.storage import OrderedTrialCache
+    from autotune.bulk_read import OrderedTrialCache
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = _fill(optuna.storages.RDBStorage(url))
@@ -188,7 +188,7 @@ def test_the_ordered_cache_returns_what_optunas_cache_returns_as_the_study_chang
 def test_the_ordered_cache_counts_unfilled_numbers_without_comparing_trials(tmp_path):
     """Trials added out of order leave gaps until filled; the cache must say so without ``None in list``
     (which compares every trial: 10,000 ``FrozenTrial.__eq__`` per read)."""
-    from autotune.storage import OrderedTrialCache
+    from autotune.bulk_read import OrderedTrialCache
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = _fill(optuna.storages.RDBStorage(url))

@@ -43,6 +43,7 @@ __all__ = [
     "rule_lr",
     "ruled_out_at_any_lr",
     "same_question",
+    "sanity_tolerance",
     "split_accumulation",
     "still_improving",
 ]
@@ -338,6 +339,13 @@ def _same_class(a: TrialConfig, b: TrialConfig) -> bool:
     return (a.precision, a.model_args or {}, a.data_args or {}) == (b.precision, b.model_args or {}, b.data_args or {})
 
 
+def sanity_tolerance(tolerance: float) -> float:
+    """The relative loss increase a math-preserving config is allowed against the baseline:
+    ``max(SANITY_FACTOR x tolerance, SANITY_FLOOR)`` (``tolerance``: ``--loss-tolerance``, ``0 <= tolerance < 1``).
+    Only rounding and the data order differ from the baseline's run, not the convergence."""
+    return max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+
+
 def loss_sanity(curve: Sequence[Sequence[float]], baseline_curve: Sequence[Sequence[float]], tolerance: float) -> dict[str, Any] | None:
     """The loss sanity check of a math-preserving run: its training loss against the baseline's at the same samples.
 
@@ -364,6 +372,6 @@ def loss_sanity(curve: Sequence[Sequence[float]], baseline_curve: Sequence[Seque
     if not mine or not theirs:
         return None
     loss, base = statistics.fmean(mine), statistics.fmean(theirs)
-    limit = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+    limit = sanity_tolerance(tolerance)
     change = (loss - base) / abs(base) if base else (0.0 if loss == base else math.inf)
     return {"loss": loss, "baseline_loss": base, "samples": int(end), "change": change, "tolerance": limit, "ok": change <= limit}

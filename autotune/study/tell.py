@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError, stopped_by
-from autotune.study.math_class import PRESERVING, SANITY_FACTOR, SANITY_FLOOR, loss_sanity
+from autotune.study.math_class import PRESERVING, loss_sanity, sanity_tolerance
 from autotune.study.records import _budget
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.staged import SHORT_RUN_CONSTRAINT
@@ -158,7 +158,7 @@ def _judge(
                 # loss is held to the sanity check's wider tolerance (rounding and order, not convergence)
                 tolerance = settings.loss_tolerance
                 if trial.user_attrs.get("math") == PRESERVING and not is_baseline:
-                    tolerance = max(SANITY_FACTOR * tolerance, SANITY_FLOOR)
+                    tolerance = sanity_tolerance(tolerance)
                 constraint = constraint_value(loss, baseline_loss, tolerance, settings.mode)
                 attrs["constraint"] = constraint if math.isfinite(constraint) else None
                 attrs["feasible"] = constraint <= 0
