@@ -241,6 +241,7 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
             "give another --study-name for a new study"
         )
     fixed = [k for k in _FIXED_FROM_CREATION if k != "mode" or settings.objective == "pareto"] if correctable else _FIXED_ON_RESUME
+    differ = []  # every flag that differs, in one message: a user fixing one at a time would meet the next on each try
     for key in fixed:
         given = getattr(opts, key, None)
         if key == "space_file" and given is not None:
@@ -250,11 +251,14 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
                 raise UsageError(f"config file {given!r} does not exist")
             given = str(Path(given).resolve())
         if given is not None and given != getattr(settings, key):
-            raise StudyMismatchError(
-                f"study {settings.study_name!r} was created with {key}={getattr(settings, key)!r}, not {given!r}; "
-                "drop the flag to resume it, or give another --study-name for a new study"
-                + ("" if correctable else " (a study's settings can be corrected only while none of its trials has completed)")
-            )
+            differ.append(f"{key}={getattr(settings, key)!r}, not {given!r}")
+    if differ:
+        flags = "the flags" if len(differ) > 1 else "the flag"
+        raise StudyMismatchError(
+            f"study {settings.study_name!r} was created with {'; '.join(differ)}; "
+            f"drop {flags} to resume it, or give another --study-name for a new study"
+            + ("" if correctable else " (a study's settings can be corrected only while none of its trials has completed)")
+        )
 
 
 def config_changed_line(settings: StudySettings) -> str | None:

@@ -38,3 +38,19 @@ def test_gone_or_broken_config_keeps_the_snapshot_quietly(tmp_path):
     path.unlink()
     assert config_changed_line(settings) is None
     assert config_changed_line(make_settings()) is None  # no --config at all
+
+
+def test_a_resume_names_every_flag_that_differs_in_one_error(tmp_path):
+    import pytest
+
+    from autotune.errors import StudyMismatchError
+    from autotune.study.settings import SearchOptions, _check_resume
+
+    model = tmp_path / "model.py"
+    settings = make_settings(model_file=str(model), samples=2048, devices=1)
+    with pytest.raises(StudyMismatchError) as e:
+        _check_resume(settings, SearchOptions(model_file=str(model), samples=4096, devices=2), model)
+    message = str(e.value)
+    assert "samples=2048, not 4096" in message and "devices=1, not 2" in message and "drop the flags" in message
+    assert len(message.splitlines()) == 1
+    _check_resume(settings, SearchOptions(model_file=str(model), samples=2048), model)  # the study's own values pass
