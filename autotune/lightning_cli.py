@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
+from autotune.loader import FIT_KEYS
 
 __all__ = [
     "Built",
@@ -267,7 +268,9 @@ def build(
     document = dict(document or {})
     if document:
         path = Path(work_dir) / "autotune-config.json"
-        path.write_text(json.dumps({k: v for k, v in document.items() if k != "seed_everything"}))
+        # seed_everything is the trial's own; Trainer.fit's arguments (a saved config's ckpt_path:
+        # null) belong to the fit subcommand, which this parser (run=False) does not have
+        path.write_text(json.dumps({k: v for k, v in document.items() if k != "seed_everything" and k not in FIT_KEYS}))
         args += ["--config", str(path)]
     args += cli_overrides({"seed_everything": seed, **overrides})
     subclass_model = isinstance(document.get("model"), Mapping) and "class_path" in document["model"]

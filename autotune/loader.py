@@ -217,8 +217,14 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
     return model_cls, data_cls
 
 
+#: Top-level keys of a ``fit`` config that are arguments of ``Trainer.fit`` itself (LightningCLI's
+#: ``fit`` subcommand adds them, and writes them into the config it saves: ``ckpt_path: null``,
+#: ``weights_only: null`` in Lightning 2.6). A trial trains from scratch and its parser has no
+#: subcommand, so they are left out of a trial's config and kept in the export.
+FIT_KEYS = ("ckpt_path", "weights_only")
+
 #: Top-level keys of a LightningCLI config besides the three sections autotune reads.
-CLI_EXTRA_KEYS = ("seed_everything", "ckpt_path", "optimizer", "lr_scheduler")
+CLI_EXTRA_KEYS = ("seed_everything", *FIT_KEYS, "optimizer", "lr_scheduler")
 
 
 def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, Any]:

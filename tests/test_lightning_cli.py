@@ -208,3 +208,27 @@ def test_a_link_target_in_the_space_is_refused_before_any_trial_naming_its_sourc
     assert "model.batch_size is set by your LightningCLI's link_arguments from data.batch_size" in line, line
     assert "search batch_size:" in line and "created study" not in r.stdout
     assert not (linked / "studies").exists()  # refused before a study was created
+
+
+def test_the_config_lightning_cli_saves_for_a_fit_run_is_accepted_as_is(tmp_path, monkeypatch):
+    # LightningCLI's fit subcommand writes Trainer.fit's own arguments into the config it saves
+    # (ckpt_path: null, weights_only: null); a user passes that file to --config unchanged
+    from lightning.pytorch.cli import LightningCLI
+
+    from autotune.lightning_cli import build
+    from autotune.loader import read_user_config
+
+    project = _project(tmp_path, "cli_project")
+    printed = subprocess.run([sys.executable, "train.py", "fit", "--config", "config.yaml", "--print_config"],
+                             cwd=project, capture_output=True, text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    saved = project / "saved.yaml"
+    saved.write_text(printed.stdout)
+    assert "ckpt_path" in yaml.safe_load(printed.stdout)  # what makes the file a fit config, not a plain one
+    user = read_user_config(saved)
+    assert "ckpt_path" in user["extra"]  # kept for the export, which `train.py fit` reads
+    monkeypatch.syspath_prepend(str(project))
+    from model import Blobs, Classifier
+
+    built = build(LightningCLI, Classifier, Blobs, user["document"], {"data.batch_size": 16}, 0, tmp_path)
+    assert built.datamodule.batch_size == 16 and built.config["model"]["init_args"]["encoder"]["init_args"]["hidden"] == 24
