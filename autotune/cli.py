@@ -346,6 +346,11 @@ def _cmd_show(args) -> int:
 
     if args.log and args.trial is None:
         raise UsageError(f"--log prints one trial's output: give its number, e.g. `autotune show {args.study} 0 --log`")
+    if args.log and args.format != "table":
+        raise UsageError(
+            f"--log prints trial {args.trial}'s output as it printed it, which has no --format {args.format}; "
+            f"leave one out (`autotune show {args.study} {args.trial} --format {args.format}` holds the trial's figures)"
+        )
     paged = "--all" if args.all else f"--limit {args.limit}" if args.limit is not None else None
     if paged and (args.trial is not None or args.format != "table"):
         what = f"trial {args.trial} alone" if args.trial is not None else f"every trial (--format {args.format})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -227,6 +228,21 @@ FIT_KEYS = ("ckpt_path", "weights_only")
 CLI_EXTRA_KEYS = ("seed_everything", *FIT_KEYS, "optimizer", "lr_scheduler")
 
 
+def _no_space_after_colon(text: str, error_line: int | None) -> str:
+    """A hint naming the line, the YAML error's (0-based ``error_line``) or the one before, that reads
+    ``key:value`` with no space after the colon: YAML reads it as one string, and the error is
+    reported a line later (``mapping values are not allowed here``). ``""`` when there is none."""
+    if error_line is None:
+        return ""
+    lines = text.splitlines()
+    for number in (error_line, error_line - 1):  # the scalar runs on into the next line, where YAML stops
+        found = re.match(r"^\s*(-\s+)?([A-Za-z_][\w.]*):(?![\s/])(\S.*)$", lines[number]) if 0 <= number < len(lines) else None
+        if found:
+            key, value = found.group(2), found.group(3).strip()
+            return f"; line {number + 1} reads {key}:{value} with no space after the colon: write {key}: {value}"
+    return ""
+
+
 def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, Any]:
     """Read a LightningCLI-style YAML (``trainer:``, ``model:``, ``data:``) into plain dicts.
 
@@ -258,7 +274,8 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})") from None
+        hint = _no_space_after_colon(path.read_text(), mark.line if mark is not None else None)
+        raise UsageError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__}){hint}") from None
     if not isinstance(data, Mapping):
         raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
     allowed = ("trainer", "model", "data", *CLI_EXTRA_KEYS)

@@ -352,3 +352,21 @@ def test_inspection_records_the_optimizer_configure_optimizers_returns_when_it_r
     models = Path(__file__).parent / "models"
     assert inspect_model({"model_file": str(models / "tiny.py")})["model_info"]["optimizer"] == "torch.optim.sgd.SGD"
     assert inspect_model({"model_file": str(models / "schedulers.py")})["model_info"]["optimizer"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("trainer:\n  max_epochs: 20\nmodel:\n  lr:0.002\n  hidden: 64\n", "; line 4 reads lr:0.002 with no space after the colon: write lr: 0.002"),
+        ("model:\n  lr: [0.1, 0.2\n", ""),  # another mistake: no hint
+        ("model:\n  url: http://host/x\n  lr: [1\n", ""),  # a URL's colon is not the mistake
+    ],
+)
+def test_invalid_yaml_names_its_line_and_a_missing_space_after_a_colon(tmp_path, text, hint):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(UsageError) as e:
+        read_user_config(cfg)
+    message = str(e.value)
+    assert message.startswith(f"{cfg}:") and "not valid YAML" in message and message.endswith(hint or ")")
+    assert len(message.splitlines()) == 1

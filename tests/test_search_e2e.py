@@ -783,6 +783,8 @@ def test_each_trial_keeps_its_own_output_bounded_and_show_log_prints_it(tmp_path
     assert r.stderr.strip() == "autotune: error: study 'tiny' has no trial 7 (its trials are 0..1)"
     r = cli("show", db, "--log", check_rc=2)
     assert "--log prints one trial's output: give its number" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("show", db, 1, "--log", "--format", "json", check_rc=2)  # not silently the plain log
+    assert "has no --format json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_a_race_of_other_math_stops_its_runs_at_the_baseline_s_loss_target(tmp_path, cli):
