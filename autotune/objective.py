@@ -412,6 +412,7 @@ def input_bound_advice(
     loader: Mapping[str, Any] | None = None,
     other_workers: Mapping[int, float] | None = None,
     samples_per_sec: float | None = None,
+    raced: Mapping[int, str] | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
@@ -427,7 +428,10 @@ def input_bound_advice(
     pipeline loses more to the workers' start-up and hand-off than they save); else, when it ran more
     ``num_workers`` than the config has, more workers are suggested only if one of those counts
     measured faster than the config (naming it); otherwise the line says they measured no faster, and
-    suggests none.
+    suggests none. A count whose paired race against the config (:mod:`autotune.paired`) did not
+    show it faster (``raced``) is never suggested on the strength of its unpaired search run: the
+    line gives the race instead (a new user read "num_workers 2 measured 3,003 samples/s vs 711"
+    under a race of it at 1.00x).
 
     Args:
         data_wait_fraction: The config's measured fraction, ``0..1``.
@@ -441,6 +445,9 @@ def input_bound_advice(
             best samples/s (global, > 0) measured with it; ``None`` or empty when none was measured.
         samples_per_sec: The config's own samples/s (global, > 0) at the same budget, to compare
             with ``other_workers``; ``None`` when unknown (``other_workers`` is then not used).
+        raced: Each ``num_workers`` raced against the config in paired runs and not shown faster, to
+            the race's figure (``"1.00x as fast [0.91x, 1.10x] over 2 paired run(s) vs ..."``);
+            ``None`` or empty when none was.
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
@@ -452,7 +459,8 @@ def input_bound_advice(
     knobs = []
     has = ""
     top = _space_top(space.get("num_workers"))
-    every = dict(other_workers or {}) if samples_per_sec else {}
+    raced = {w: text for w, text in (raced or {}).items() if w != workers}
+    every = {w: v for w, v in (other_workers or {}).items() if w not in raced} if samples_per_sec else {}
     measured = {w: v for w, v in every.items() if w > workers}
     fewer = max((w for w in every if w < workers and every[w] > (samples_per_sec or 0)), key=lambda w: every[w], default=None)
     verb = "widen"
@@ -475,6 +483,9 @@ def input_bound_advice(
                 f"; more num_workers measured no faster in this study ({counts}: at best {measured[fastest]:,.0f} samples/s "
                 f"vs this config's {samples_per_sec:,.0f} with {workers})"
             )
+    elif raced:
+        races = "; ".join(f"{w}: {text}" for w, text in sorted(raced.items()))
+        has = f"; other num_workers were raced against this config in paired runs and not shown faster ({races})"
     elif top is None:
         knobs.append(f"more num_workers (this config uses {workers})")
     elif workers < top:
@@ -494,7 +505,7 @@ def input_bound_advice(
     head = f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
     cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
     if not knobs:
-        rest = "no other DataLoader setting is left to try" if measured else "the other DataLoader settings are at theirs"
+        rest = "no other DataLoader setting is left to try" if measured or raced else "the other DataLoader settings are at theirs"
         return f"{head}{has}, and {rest}; {cheaper}"
     return f"{head}{has}; {verb}: {', '.join(knobs)}; or {cheaper}"
 

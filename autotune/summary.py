@@ -218,7 +218,36 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if applied.get(k) is not None})
     config = trial.user_attrs.get("config", {})
     other, sps = _other_workers(trial, config, trials)
-    return input_bound_advice(trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps)
+    raced = _raced_workers(trial, config, trials, settings)
+    return input_bound_advice(
+        trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps, raced
+    )
+
+
+def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any], settings: StudySettings) -> dict[int, str]:
+    """``{num_workers: the race's figure}`` of each config that differs from ``trial``'s in its workers
+    alone, raced against it (its search trial as the incumbent) and not won (see :func:`input_bound_line`)."""
+    if not any("pair_of" in t.user_attrs for t in trials):
+        return {}
+    from autotune.study.races import races_of
+
+    by_number = {t.number: t for t in trials}
+    reference = int(trial.user_attrs.get("confirm_of", trial.number))
+
+    def others(c: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
+
+    out: dict[int, str] = {}
+    for race in races_of(trials, settings):
+        candidate = by_number.get(race.candidate)
+        v = race.verdict
+        if race.incumbent != reference or candidate is None or not v.pairs or v.outcome == "win":
+            continue
+        theirs = candidate.user_attrs.get("config") or {}
+        if others(theirs) != others(config):
+            continue
+        out[int(theirs.get("num_workers") or 0)] = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, "this config")
+    return out
 
 
 #: Config keys that only shape the DataLoader's workers: a trial differing in these alone ran "this config with other workers".

@@ -83,7 +83,11 @@ def test_recommend_fastest_feasible_never_infeasible_or_failed():
 
 def test_recommend_follows_the_feasibility_a_trial_was_told():
     # a config of the baseline's math is told feasible at the sanity check's wider tolerance (its loss 7% up)
-    records = [R(0, 100, 1.0, baseline=True), TrialRecord(1, True, 300.0, 1.07, feasible=True), TrialRecord(2, True, 400.0, 1.01, feasible=False)]
+    records = [
+        R(0, 100, 1.0, baseline=True),
+        TrialRecord(1, True, 300.0, 1.07, feasible=True),
+        TrialRecord(2, True, 400.0, 1.01, feasible=False),
+    ]
     assert recommend(records, 1.0, 0.05).number == 1
     assert recommend([R(0, 100, 1.0, baseline=True), R(1, 300, 1.07)], 1.0, 0.05).number == 0  # not stored: judged at 5%
 
@@ -328,3 +332,29 @@ def test_the_quality_line_of_a_recommended_baseline_does_not_compare_it_with_its
     assert quality_line(faster, base).endswith("5.1 s (reached) vs 9.18 s for the baseline = 1.80x faster")
     line = quality_line(base, base)
     assert line.endswith("9.18 s (reached)") and "faster" not in line and "vs" not in line
+
+
+def test_input_bound_line_does_not_suggest_workers_a_paired_race_did_not_show_faster():
+    from autotune.summary import input_bound_line
+    from tests.study.helpers import add, make_settings, make_study, race
+
+    space = {"num_workers": {"low": 0, "high": 2}}
+    study = make_study(space=space)
+    add(study, 711.0, baseline=True, attrs={"data_wait_fraction": 0.5})
+    fast = add(study, 3003.0, num_workers=2, attrs={"data_wait_fraction": 0.05})  # one lucky unpaired run
+    settings = make_settings(space=space)
+    trials = study.get_trials(deepcopy=False)
+    assert "widen: num_workers (this config uses 0; 2 measured 3,003 samples/s" in input_bound_line(trials[0], settings, trials)
+    race(study, fast.number, [1000.0, 1100.0], [1010.0, 1090.0], samples=1024)  # its race: about 1.00x, not a win
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "widen: num_workers" not in line and "3,003" not in line, line
+    assert "other num_workers were raced against this config in paired runs and not shown faster (2: 1.00x" in line
+    assert "over 2 paired run(s) vs this config)" in line
+    # a race the candidate won says nothing against it: the measured figure speaks again
+    won = make_study(space=space)
+    add(won, 711.0, baseline=True, attrs={"data_wait_fraction": 0.5})
+    fast = add(won, 3003.0, num_workers=2, attrs={"data_wait_fraction": 0.05})
+    race(won, fast.number, [700.0, 710.0, 690.0, 705.0], [3000.0, 2900.0, 3100.0, 2950.0], samples=1024)
+    trials = won.get_trials(deepcopy=False)
+    assert "widen: num_workers (this config uses 0; 2 measured 3,003 samples/s" in input_bound_line(trials[0], settings, trials)
