@@ -419,6 +419,10 @@ class ConsoleUI:
 
         if busy := busy_run_line(study.get_trials(deepcopy=False)):
             self.warn(busy)
+        from autotune.summary import no_curve_line
+
+        if curve := no_curve_line(study.get_trials(deepcopy=False), settings.monitor):
+            self.console.print(curve, markup=False)
         if recommended is None:
             for line in confirmation_lines(confirmation(study, settings), settings.objective):
                 self.console.print(line, markup=False)

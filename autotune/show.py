@@ -144,7 +144,7 @@ def show_study(study, settings, trial: int | None = None, fmt: str = "table", li
         return
     from autotune.study.bounds import epoch_lines
     from autotune.study.settings import BASELINE_ATTR
-    from autotune.summary import confirmation_lines, frontier_lines
+    from autotune.summary import confirmation_lines, frontier_lines, no_curve_line
 
     base_number = (study.user_attrs.get(BASELINE_ATTR) or {}).get("trial")
     keep: dict[int, str] = {}  # (a trial that is both keeps its first name: the note column says the rest)
@@ -165,6 +165,7 @@ def show_study(study, settings, trial: int | None = None, fmt: str = "table", li
         *epoch_lines(study),
         *confirmation_lines(confirmation(study, settings, every), settings.objective),
         busy_run_line(every),
+        no_curve_line(shown, settings.monitor),
     ):
         if line:
             print(line)

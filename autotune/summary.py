@@ -21,6 +21,7 @@ __all__ = [
     "flops_line",
     "frontier_lines",
     "input_bound_line",
+    "no_curve_line",
     "quality_line",
     "ratio_text",
     "speedup_line",
@@ -281,3 +282,17 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
         w = int(t.user_attrs["config"]["num_workers"])
         other[w] = max(other.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
     return other, (float(sps) if sps else None)
+
+
+def no_curve_line(trials: Sequence[Any], monitor: str) -> str | None:
+    """Why a trial table's time to target reads ``no curve`` (the baseline had no training loss curve, so no
+    trial has a target), or ``None`` when no trial of ``trials`` reads it."""
+    from autotune.report import _to_target
+
+    if not any(_to_target(t.user_attrs) == "no curve" for t in trials):
+        return None
+    return (
+        f"to target 'no curve': training_step returned no loss tensor and --monitor {monitor!r} is not logged in each "
+        "training_step, so no trial has a training loss curve to time (return the loss, or give --monitor a metric "
+        "logged in training_step; docs/troubleshooting.md#no_loss_curve)"
+    )

@@ -187,3 +187,21 @@ def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median
     assert "4.35x faster [" in out and "over 3 paired run(s) vs the baseline" in out
     assert ("5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best "
             "complete by samples/s)") in out
+
+
+def test_a_no_curve_column_is_explained_under_the_table(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("COLUMNS", "250")
+    db = tmp_path / "manual.db"
+    study = make_study(f"sqlite:///{db}")
+    no_curve = {"target_reached": False, "time_to_target": None, "loss_target": None}  # manual optimization: no loss returned
+    add(study, 100.0, 1.0, baseline=True, attrs=no_curve)
+    add(study, 150.0, 1.0, num_workers=1, attrs=no_curve)
+    _, out, _ = _show(capfd, db)
+    assert "no curve" in out
+    line = next(line for line in out.splitlines() if line.startswith("to target 'no curve'"))
+    assert "training_step returned no loss tensor and --monitor 'val_loss' is not logged in each training_step" in line
+    # a study with curves says nothing of it
+    db2 = tmp_path / "auto.db"
+    study = make_study(f"sqlite:///{db2}")
+    add(study, 100.0, 1.0, baseline=True, attrs={"target_reached": True, "time_to_target": 2.0, "loss_target": 1.05})
+    assert "to target 'no curve'" not in _show(capfd, db2)[1]
