@@ -341,22 +341,10 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from autotune.show import SHOW_LIMIT, show_study
+    from autotune.show import SHOW_LIMIT, check_show_args, show_study
     from autotune.study import load_study
 
-    if args.log and args.trial is None:
-        raise UsageError(f"--log prints one trial's output: give its number, e.g. `autotune show {args.study} 0 --log`")
-    if args.log and args.format != "table":
-        raise UsageError(
-            f"--log prints trial {args.trial}'s output as it printed it, which has no --format {args.format}; "
-            f"leave one out (`autotune show {args.study} {args.trial} --format {args.format}` holds the trial's figures)"
-        )
-    paged = "--all" if args.all else f"--limit {args.limit}" if args.limit is not None else None
-    if paged and (args.trial is not None or args.format != "table"):
-        what = f"trial {args.trial} alone" if args.trial is not None else f"every trial (--format {args.format})"
-        raise UsageError(f"{paged} sets the rows of the table, but this shows {what}; leave {paged.split()[0]} out")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {args.limit}; --all shows every trial")
+    check_show_args(args)
     name, url = _study_target(args.study, args.storage)
     study, settings = load_study(name, url)
     limit = None if args.all else args.limit or SHOW_LIMIT

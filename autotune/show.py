@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune.errors import UsageError
 
-__all__ = ["SHOW_LIMIT", "TableChoice", "choose_rows", "left_out_line", "show_study"]
+__all__ = ["SHOW_LIMIT", "TableChoice", "check_show_args", "choose_rows", "left_out_line", "show_study"]
 
 #: Rows of ``autotune show``'s table by default (``--limit N``, ``--all``): a screenful with room for
 #: the recommended trial, the baseline and the best of the rest.
@@ -169,6 +169,28 @@ def show_study(study, settings, trial: int | None = None, fmt: str = "table", li
     ):
         if line:
             print(line)
+
+
+def check_show_args(args: Any) -> None:
+    """Refuse ``autotune show`` flags that do not fit together (``args``: the parsed command line).
+
+    Raises:
+        UsageError: ``--log`` without a trial number or with ``--format json|yaml``; ``--limit`` or
+            ``--all`` with one trial or a machine-readable format; ``--limit`` below 1.
+    """
+    if args.log and args.trial is None:
+        raise UsageError(f"--log prints one trial's output: give its number, e.g. `autotune show {args.study} 0 --log`")
+    if args.log and args.format != "table":
+        raise UsageError(
+            f"--log prints trial {args.trial}'s output as it printed it, which has no --format {args.format}; "
+            f"leave one out (`autotune show {args.study} {args.trial} --format {args.format}` holds the trial's figures)"
+        )
+    paged = "--all" if args.all else f"--limit {args.limit}" if args.limit is not None else None
+    if paged and (args.trial is not None or args.format != "table"):
+        what = f"trial {args.trial} alone" if args.trial is not None else f"every trial (--format {args.format})"
+        raise UsageError(f"{paged} sets the rows of the table, but this shows {what}; leave {paged.split()[0]} out")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}; --all shows every trial")
 
 
 def _no_trial(study, number: int, count: int) -> str:

@@ -235,9 +235,6 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
     by_number = {t.number: t for t in trials}
     reference = int(trial.user_attrs.get("confirm_of", trial.number))
 
-    def others(c: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
-
     out: dict[int, str] = {}
     for race in races_of(trials, settings):
         candidate = by_number.get(race.candidate)
@@ -245,7 +242,7 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
         if race.incumbent != reference or candidate is None or not v.pairs or v.outcome == "win":
             continue
         theirs = candidate.user_attrs.get("config") or {}
-        if others(theirs) != others(config):
+        if _without_workers(theirs) != _without_workers(config):
             continue
         out[int(theirs.get("num_workers") or 0)] = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, "this config")
     return out
@@ -253,6 +250,11 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
 
 #: Config keys that only shape the DataLoader's workers: a trial differing in these alone ran "this config with other workers".
 _WORKER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers")
+
+
+def _without_workers(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config without its :data:`_WORKER_KEYS`: equal for two configs that differ in their workers alone."""
+    return {k: v for k, v in config.items() if k not in _WORKER_KEYS}
 
 
 def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None]:
@@ -263,9 +265,6 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
     sps = reference.user_attrs.get("samples_per_sec")
     workers = int(config.get("num_workers") or 0)
 
-    def others(c: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in c.items() if k not in _WORKER_KEYS}
-
     alike = [
         t
         for t in trials
@@ -273,7 +272,7 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
         and not {"confirm_of", "duplicate_of"} & t.user_attrs.keys()
         and int((t.user_attrs.get("config") or {}).get("num_workers") or 0) != workers
         and (t.user_attrs.get("samples_per_sec") or 0) > 0
-        and others(t.user_attrs["config"]) == others(config)
+        and _without_workers(t.user_attrs["config"]) == _without_workers(config)
     ]
     # full-budget runs first; short screening runs of the same knobs when none ran at full budget
     full = [t for t in alike if "trial_samples" not in t.user_attrs]
