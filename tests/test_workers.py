@@ -308,7 +308,7 @@ def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_pat
 
 
 @requires_postgres
-@pytest.mark.parametrize("retry, outage", [("120", 8.0), ("0", 8.0), ("3", 40.0)])
+@pytest.mark.parametrize("retry, outage", [("120", 8.0), ("0", 40.0), ("3", 40.0)])
 def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, retry, outage):
     """PostgreSQL unreachable (every connection cut, new ones refused): the search waits out an outage
     shorter than $AUTOTUNE_STORAGE_RETRY; a longer one stops it at the limit, not when the database is
@@ -337,8 +337,9 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
         assert search.returncode == 1 and "Traceback" not in err, err[-3000:]
         assert "was unreachable for" in err.strip().splitlines()[-1] and "longer than $AUTOTUNE_STORAGE_RETRY" in err
         assert "invalid data in the commit" not in err
-        if retry == "3":
-            assert took < outage - 10, (took, err[-3000:])  # it gave up at the limit, long before the database came back
+        # it gave up at its first storage call in the outage (retry 0) or at the limit (3), long before the
+        # database came back (an outage as short as a trial could pass unseen: CI once saw rc 0 with 8 s)
+        assert took < outage - 10, (took, err[-3000:])
         return
     assert search.returncode == 0, err[-3000:]
     assert "is unreachable" in err and "is reachable again after" in err
