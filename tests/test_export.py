@@ -134,3 +134,22 @@ def test_the_export_header_names_the_training_length(tmp_path):
         text = out.read_text()
         assert expected in text
         assert yaml.safe_load(text)["trainer"].get("max_epochs") == info["training_length"].get("max_epochs")
+
+
+def test_the_export_header_gives_the_loss_limit_the_recommended_config_was_held_to(tmp_path):
+    """A config of the baseline's math is judged against the sanity check's wider limit (15% at the
+    default 5%): its header says so, not "tolerance 5%" beside a loss 8% above the baseline's."""
+    from autotune.study.publish import export_study
+    from autotune.study.settings import settings_of
+    from tests.study.helpers import add, make_study
+
+    cpu = {"accelerator": "cpu", "device_count": 1, "device_name": "cpu", "cpu_count": 2, "bf16_supported": False, "device_memory_gib": 8.0}
+    study = make_study(hardware=cpu)
+    baseline = add(study, 100.0, loss=1.0, baseline=True)
+    same_math = add(study, 150.0, loss=1.084, num_workers=1, attrs={"math": "preserving", "feasible": True, "constraint": -0.07})
+    other_math = add(study, 160.0, loss=1.03, batch_size=64, lr=0.02, attrs={"math": "changing"})
+    header = export_study(study, settings_of(study), same_math, baseline, tmp_path / "a.yaml", "sqlite:///x.db").read_text()
+    assert "vs baseline 1 (limit +15%: the baseline's math, so only rounding and data order differ; 5% for other math)" in header
+    assert "tolerance 5%" not in header
+    header = export_study(study, settings_of(study), other_math, baseline, tmp_path / "b.yaml", "sqlite:///x.db").read_text()
+    assert "vs baseline 1 (tolerance 5%)" in header

@@ -36,6 +36,20 @@ def default_export_path(storage_url: str, study_name: str) -> Path:
     return folder / f"{file_stem(study_name)}.best.yaml"
 
 
+def tolerance_phrase(trial, settings: StudySettings) -> str:
+    """The loss limit ``trial`` was judged against: ``"tolerance 5%"``, or for a config of the baseline's
+    math (``math: preserving``) the sanity check's wider limit, ``"limit +15%: the baseline's math, so only
+    rounding and data order differ; 5% for other math"`` (:func:`autotune.study.math_class.sanity_tolerance`)."""
+    from autotune.study.math_class import PRESERVING, sanity_tolerance
+
+    if trial.user_attrs.get("math") != PRESERVING or trial.user_attrs.get("baseline"):
+        return f"tolerance {settings.loss_tolerance:.0%}"
+    return (
+        f"limit +{sanity_tolerance(settings.loss_tolerance):.0%}: the baseline's math, so only rounding and data order "
+        f"differ; {settings.loss_tolerance:.0%} for other math"
+    )
+
+
 def _versions() -> str:
 
     parts = []
@@ -97,7 +111,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         "autotune recommendation (LightningCLI config)",
         f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",
         measured,
-        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} (tolerance {settings.loss_tolerance:.0%}), after {_budget(trial.user_attrs, settings)} training samples",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} ({tolerance_phrase(trial, settings)}), after {_budget(trial.user_attrs, settings)} training samples",
         *confirmation_lines(confirmation(study, settings, every), settings.objective),
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
@@ -143,7 +157,7 @@ def _save_note(study, settings, trial, baseline, export_path: Path, ui: UI) -> N
         f"## autotune recommendation: trial {trial.number}\n\n"
         f"**{sps:,.0f} samples/s**, {sps / b_sps:.2f}x the baseline (trial {baseline.number}, {b_sps:,.0f} samples/s); "
         f"{one_line(trial.user_attrs.get('loss_source'))} {trial.user_attrs['loss']:.4g} vs baseline {baseline.user_attrs['loss']:.4g} "
-        f"(tolerance {settings.loss_tolerance:.0%}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
+        f"({tolerance_phrase(trial, settings)}).\n\n| knob | value |\n|---|---|\n{rows}\n\n"
         f"Exported to `{one_line(export_path)}` (updated {time.strftime('%Y-%m-%d %H:%M:%S')}).\n"
     )
     for line in (quality_line(trial, baseline), input_bound_line(trial, settings, study.get_trials(deepcopy=False))):
