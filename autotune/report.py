@@ -14,6 +14,7 @@ from autotune.summary import (
     flops_line,
     frontier_lines,
     input_bound_line,
+    mfu_text,
     quality_line,
 )
 from autotune.table_fit import TableColumn, fitted_table
@@ -214,7 +215,7 @@ def _fmt(key: str, value: Any) -> str:
         if key == "samples_per_sec":
             return f"{value:,.0f}"
         if key == "mfu":
-            return f"{value:.1%}"
+            return mfu_text(value)
         return f"{value:.4g}"
     if isinstance(value, bool):
         return "yes" if value else "NO"

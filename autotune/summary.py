@@ -181,12 +181,20 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
     return f"{line} vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster"
 
 
+def mfu_text(mfu: float) -> str:
+    """Model FLOPs utilization (a fraction, 0-1) as a percentage with one decimal, or two significant
+    digits below 0.1% (a small model on a CPU: ``"0.034%"``, not ``"0.0%"``)."""
+    if 0 < abs(mfu) < 0.001:
+        return f"{mfu * 100:.2g}%"
+    return f"{mfu:.1%}"
+
+
 def flops_line(trial: Any) -> str | None:
     """Model FLOPs per sample, FLOP/s and MFU of a trial, or None when they were not measured."""
     attrs = trial.user_attrs
     if not attrs.get("model_flops_per_sec"):
         return None
-    mfu = f", MFU {attrs['mfu']:.1%} of the device's peak" if attrs.get("mfu") is not None else ""
+    mfu = f", MFU {mfu_text(attrs['mfu'])} of the device's peak" if attrs.get("mfu") is not None else ""
     if attrs.get("mfu") is not None and attrs.get("peak_flops_source") == "achieved":
         mfu = ", MFU unknown: the measured peak was below this trial's FLOP/s (re-measure it: docs/troubleshooting.md)"
     return (

@@ -122,3 +122,14 @@ def test_a_search_never_reports_mfu_from_a_stale_low_peak(tmp_path):
         assert 0 < attrs["mfu"] <= 1 and attrs["peak_flops"] >= attrs["model_flops_per_sec"]
     cache = json.loads((tmp_path / "peak_flops.json").read_text())
     assert any(value > 1e7 for key, value in cache.items() if key in stale)  # the stale figure was replaced
+
+
+def test_a_small_mfu_keeps_two_significant_digits_instead_of_reading_zero():
+    import types
+
+    from autotune.report import _fmt
+    from autotune.summary import flops_line
+
+    attrs = {"model_flops_per_sec": 3.4e7, "flops_per_sample": 1e4, "mfu": 0.00034, "peak_flops_source": "measured"}
+    assert "MFU 0.034% of the device's peak" in flops_line(types.SimpleNamespace(user_attrs=attrs))
+    assert (_fmt("mfu", 0.00034), _fmt("mfu", 0.0), _fmt("mfu", 0.25)) == ("0.034%", "0.0%", "25.0%")
