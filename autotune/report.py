@@ -379,7 +379,8 @@ class ConsoleUI:
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
         from autotune.study import confirmation, confirmed_speed, oom_frontier
 
-        rows = trial_rows(study, recommended.number if recommended else None)
+        every = study.get_trials(deepcopy=False)  # one read for every line below (a server database: one round trip)
+        rows = trial_rows(study, recommended.number if recommended else None, trials=every)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
         render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
         # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
@@ -390,7 +391,7 @@ class ConsoleUI:
                 self.console.print(
                     f"{len(ended)} trial(s) {what}: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in ended[-5:]), markup=False
                 )
-        for line in frontier_lines(oom_frontier(study)):
+        for line in frontier_lines(oom_frontier(study, every)):
             self.console.print(line, markup=False)
         runs = study.user_attrs.get("runs") or []
         # this process's own run (its run id starts with its pid), not a worker's that finished later
@@ -418,18 +419,18 @@ class ConsoleUI:
             )
         from autotune.contention import busy_run_line
 
-        if busy := busy_run_line(study.get_trials(deepcopy=False)):
+        if busy := busy_run_line(every):
             self.warn(busy)
         from autotune.summary import no_curve_line
 
-        if curve := no_curve_line(study.get_trials(deepcopy=False), settings.monitor):
+        if curve := no_curve_line(every, settings.monitor):
             self.console.print(curve, markup=False)
         if recommended is None:
-            for line in confirmation_lines(confirmation(study, settings), settings.objective):
+            for line in confirmation_lines(confirmation(study, settings, every), settings.objective):
                 self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
-        speed = confirmed_speed(study, settings)
+        speed = confirmed_speed(study, settings, every)
         if speed is not None:
             from autotune.summary import ratio_text
 
@@ -450,11 +451,11 @@ class ConsoleUI:
         for maybe_line in (  # str | None (the loop above binds line: str)
             flops_line(recommended),
             quality_line(recommended, baseline),
-            *confirmation_lines(confirmation(study, settings), settings.objective),
+            *confirmation_lines(confirmation(study, settings, every), settings.objective),
         ):
             if maybe_line:
                 self.console.print(maybe_line, markup=False)
-        advice = input_bound_line(recommended, settings, study.get_trials(deepcopy=False))
+        advice = input_bound_line(recommended, settings, every)
         if advice:
             self.console.print(f"[yellow]{advice}[/yellow]", highlight=False)
         if export_path is not None:
