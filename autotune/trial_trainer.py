@@ -12,10 +12,20 @@ from typing import Any
 
 from autotune.config import TrialConfig
 
-__all__ = ["apply_channels_last", "ddp_strategy", "max_steps", "total_batches", "trainer_kwargs", "user_callbacks"]
+__all__ = [
+    "apply_channels_last",
+    "budget_epochs",
+    "ddp_strategy",
+    "max_steps",
+    "total_batches",
+    "trainer_kwargs",
+    "trial_max_epochs",
+    "user_callbacks",
+]
 
 #: Trainer arguments autotune sets itself; the same keys in a user's ``--config`` are replaced
-#: (docs/model.md lists them). ``callbacks``, ``strategy`` options and ``max_epochs`` are the user's.
+#: (docs/model.md lists them). ``callbacks`` and ``strategy`` options are the user's; ``max_epochs`` is
+#: the user's unless it would end training before the budget (:func:`trial_max_epochs`).
 _OWNED_TRAINER_KEYS = {
     "accelerator",
     "devices",
@@ -95,13 +105,43 @@ def max_steps(config: TrialConfig, samples: int, train_samples: int | None) -> i
     return max(steps, *(_optimizer_steps(batches, n, accumulate) for n in lengths))
 
 
+def budget_epochs(config: TrialConfig, samples: int, train_samples: int | None) -> int | None:
+    """Epochs a trial's budget crosses: ``ceil(batches / batches per epoch)`` per device, counting an
+    epoch without its last partial batch (``drop_last`` is the user's: the larger count), or ``None``
+    when the training set's size is not known.
+
+    Args:
+        config: The trial's config.
+        samples: Training samples of the trial (>= 1).
+        train_samples: Size of the training set (samples per epoch, all devices), or ``None``.
+    """
+    if not train_samples:
+        return None
+    _, batches = total_batches(config, samples)
+    per_device = math.ceil(train_samples / config.world_size)  # DistributedSampler pads every rank to this
+    return math.ceil(batches / max(1, per_device // config.batch_size))
+
+
+def trial_max_epochs(user_max_epochs: Any, config: TrialConfig, samples: int, train_samples: int | None) -> int:
+    """``max_epochs`` of a trial: the user's, raised to the epochs the budget crosses
+    (:func:`budget_epochs`) when theirs would end training first, so every trial trains its whole
+    ``--samples`` (a ``--config`` with ``max_epochs: 15`` over 456 samples had cut a 20,000-sample
+    budget to 6,840, short runs and full ones alike). Where the budget fits, a schedule that reads
+    ``trainer.max_epochs`` sees the user's value. ``-1`` (no limit) when the user sets none."""
+    if not user_max_epochs or int(user_max_epochs) < 0:
+        return -1
+    needed = budget_epochs(config, samples, train_samples)
+    return max(int(user_max_epochs), needed) if needed is not None else int(user_max_epochs)
+
+
 def trainer_kwargs(
     config: TrialConfig, samples: int, user_trainer: Mapping[str, Any], root_dir: str, train_samples: int | None = None
 ) -> dict[str, Any]:
     """Keyword arguments of the trial's ``Trainer``: the user's own settings, then the trial's.
 
-    The user's settings are kept (gradient clipping, ``max_epochs``, precision plugins' options,
-    ...) except the keys autotune owns (:data:`_OWNED_TRAINER_KEYS`). ``max_steps`` is the budget's
+    The user's settings are kept (gradient clipping, precision plugins' options, ...) except the keys
+    autotune owns (:data:`_OWNED_TRAINER_KEYS`); the user's ``max_epochs`` is raised where it would end
+    training before the budget (:func:`trial_max_epochs`). ``max_steps`` is the budget's
     optimizer steps, so ``trainer.estimated_stepping_batches`` is what a scheduler such as OneCycleLR
     expects; the measurement callback stops training after the planned batches. Validation runs at
     every epoch's end (an epoch shorter than the budget: an epoch-end ReduceLROnPlateau finds its
@@ -120,7 +160,7 @@ def trainer_kwargs(
         kwargs["strategy"] = user_trainer["strategy"]  # the user's DDP options (find_unused_parameters, ...)
     kwargs.update(
         max_steps=max_steps(config, samples, train_samples),
-        max_epochs=user_trainer.get("max_epochs") or -1,
+        max_epochs=trial_max_epochs(user_trainer.get("max_epochs"), config, samples, train_samples),
         val_check_interval=None,
         check_val_every_n_epoch=1,
         limit_val_batches=user_trainer.get("limit_val_batches", 1.0),

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from autotune.config import TrialConfig
@@ -60,3 +62,18 @@ def test_import_and_help_stay_light():
     assert r.stdout.strip() == "[]", r.stderr
     r = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "search" in r.stdout and "dashboard" in r.stdout
+
+
+def test_a_trial_raises_the_users_max_epochs_only_where_it_would_end_before_the_budget():
+    from autotune.trial_trainer import budget_epochs, trainer_kwargs, trial_max_epochs
+
+    c = TrialConfig(batch_size=32)
+    # 20,000 samples of a 456-sample set, batch 32: 14 full batches an epoch (the partial one may be dropped)
+    assert budget_epochs(c, 20000, 456) == 45
+    assert trial_max_epochs(15, c, 20000, 456) == 45  # the user's 15 would stop at 6,840 samples
+    assert trial_max_epochs(100, c, 20000, 456) == 100  # the budget fits: the user's, for a schedule that reads it
+    assert trial_max_epochs(None, c, 20000, 456) == -1 and trial_max_epochs(15, c, 20000, None) == 15
+    # two devices: each rank sees half an epoch's samples per epoch
+    assert budget_epochs(c.replace(devices=2, strategy="ddp"), 20000, 456) == math.ceil(313 / 7)
+    kwargs = trainer_kwargs(c, samples=20000, user_trainer={"max_epochs": 15}, root_dir="/tmp/x", train_samples=456)
+    assert kwargs["max_epochs"] == 45

@@ -761,6 +761,19 @@ def test_config_precision_that_cpu_replaces_is_recorded_as_what_runs(tmp_path, c
     assert exported["seed_everything"] == 7 and exported["trainer"]["precision"] == "bf16-mixed"
 
 
+def test_a_config_max_epochs_shorter_than_the_budget_does_not_cut_the_trials_short(tmp_path, cli):
+    """A new user's config with max_epochs: 15 over 456 samples had cut a 20,000-sample budget to 6,840
+    in every trial, silently: trials raise max_epochs to the budget's epochs, the export keeps the user's."""
+    (tmp_path / "cfg.yaml").write_text("trainer:\n  max_epochs: 1\n")
+    db = tmp_path / "epochs.db"
+    r = cli("search", MODELS / "tiny.py", "--trials", 1, "--samples", 8192, "--config", "cfg.yaml", "--storage", f"sqlite:///{db}",
+            "--out", "best.yaml", check_rc=0)
+    assert "your max_epochs=1 covers 3,584 training samples, fewer than --samples 8192: trials raise it to the 3 epochs" in r.stdout
+    (trial,) = load(db, "tiny").trials
+    assert trial.state.name == "COMPLETE" and trial.user_attrs["samples_seen"] >= 8192, trial.user_attrs.get("samples_seen")
+    assert yaml.safe_load((tmp_path / "best.yaml").read_text())["trainer"]["max_epochs"] == 1
+
+
 def test_each_trial_keeps_its_own_output_bounded_and_show_log_prints_it(tmp_path, cli):
     """Issue 16.11: a print() in training_step is kept for a successful trial too (its last 32 KiB)."""
     from autotune.runner import LOG_KEEP_BYTES

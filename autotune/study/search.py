@@ -77,6 +77,25 @@ class SearchResult:
     study: Any = None
 
 
+def max_epochs_line(settings: StudySettings) -> str | None:
+    """``"your max_epochs=15 covers 6,840 training samples, fewer than --samples 20000: ..."`` when the
+    user's ``max_epochs`` would end a trial before its budget (trials raise it:
+    :func:`autotune.trial_trainer.trial_max_epochs`), else None."""
+    from autotune.trial_trainer import budget_epochs
+
+    user = ((settings.model_info or {}).get("training_length") or {}).get("max_epochs")
+    train = settings.train_samples
+    if not isinstance(user, int) or user < 0 or not train:
+        return None
+    needed = budget_epochs(TrialConfig.from_dict(settings.baseline_config), int(settings.samples), int(train))
+    if needed is None or needed <= user:
+        return None
+    return (
+        f"your max_epochs={user} covers {user * int(train):,} training samples, fewer than --samples {settings.samples}: "
+        f"trials raise it to the {needed} epochs their budget needs (the export keeps max_epochs={user})"
+    )
+
+
 def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
     """The run's sampler (:func:`autotune.samplers.make_sampler`; default multivariate TPE, which reads
     each trial's loss constraint, :func:`autotune.optuna_compat.set_constraint`)."""
@@ -153,6 +172,8 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         ui.info(space_line)
     for line in epoch_lines(study):  # a resumed study: batch sizes an earlier trial showed are larger than an epoch
         ui.info(line)
+    if epochs := max_epochs_line(settings):
+        ui.info(epochs)
     run_id = f"{os.getpid()}-{time.time():.0f}"
     plan = _Plan(study, run_id, search, opts.trials)
     plan.flags = run_flags(opts)
