@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 
@@ -77,3 +78,19 @@ def test_a_trial_raises_the_users_max_epochs_only_where_it_would_end_before_the_
     assert budget_epochs(c.replace(devices=2, strategy="ddp"), 20000, 456) == math.ceil(313 / 7)
     kwargs = trainer_kwargs(c, samples=20000, user_trainer={"max_epochs": 15}, root_dir="/tmp/x", train_samples=456)
     assert kwargs["max_epochs"] == 45
+
+
+@pytest.mark.parametrize("monitor, refused", [
+    ("val_acc", True), ("val/f1", True), ("test_auroc", True), ("valid_acc_top1", True), ("val_mAP", True),
+    ("val_loss", False), ("val_top1_error", False), ("val_acc_loss", False), ("val_ppl", False), ("reward", False),
+])
+def test_a_new_study_minimising_a_metric_named_as_a_score_is_refused(monitor, refused):
+    from autotune.study.options import check_monitor_mode
+
+    check_monitor_mode(monitor, "min")  # an explicit --mode is the user's word
+    check_monitor_mode(monitor, "max")
+    if refused:
+        with pytest.raises(UsageError, match=f"--monitor {re.escape(monitor)} reads like a score .* pass --mode max"):
+            check_monitor_mode(monitor, None)
+    else:
+        check_monitor_mode(monitor, None)

@@ -658,7 +658,10 @@ CORES = len(os.sched_getaffinity(0))
     (["--seed", -1], "--seed must be in 0..4294967295", True),
     (["--config", "trainer_typo.yaml"], "LightningCLI refused the config: Group 'trainer' does not accept option 'max_epochz'", False),
     (["--storage", "postgres://me:secret@db-host/autotune"], "SQLAlchemy has no URL scheme 'postgres'; write postgresql:// (or postgresql+psycopg://)", True),
-], ids=["jobs-0", "jobs-above-cores", "devices-above-cores", "seed-2**32", "seed-negative", "config-trainer-key", "storage-postgres"])
+    (["--monitor", "val_acc"], "--monitor val_acc reads like a score where higher is better, but --mode defaults to min; pass --mode max "
+     "(or --mode min if lower is better)", True),
+], ids=["jobs-0", "jobs-above-cores", "devices-above-cores", "seed-2**32", "seed-negative", "config-trainer-key", "storage-postgres",
+        "monitor-accuracy-without-mode"])
 def test_refused_input_leaves_no_study(tmp_path, cli, args, message, before_inspection):
     """Issue 16: every check that can run before the study is created does, so a refusal leaves no study
     (no database row, not even a waiting baseline) in the storage."""

@@ -174,6 +174,33 @@ def check_search_options(opts: SearchOptions) -> None:
         )
 
 
+#: Words of a metric's name that mean a higher value is better, and words that mean a lower one is
+#: (``val_acc``, ``val/f1``, ``test_auroc``; but ``val_top1_error``): :func:`check_monitor_mode`.
+_HIGHER_WORDS = frozenset("acc accuracy f1 fbeta auc auroc auprc ap map precision recall iou jaccard dice bleu rouge r2 psnr ssim top".split())
+_LOWER_WORDS = frozenset("loss err error mse mae rmse nll ppl perplexity wer cer fid distance".split())
+
+
+def check_monitor_mode(monitor: str | None, mode: str | None) -> None:
+    """Refuse a new study that would minimise a metric whose name says higher is better.
+
+    Raises:
+        UsageError: ``mode`` was not given (so ``min``) and ``monitor`` reads like an accuracy or a
+            score (a word of :data:`_HIGHER_WORDS` and none of :data:`_LOWER_WORDS`): the loss
+            tolerance would then call a config feasible for a *lower* accuracy (a new user's
+            ``--monitor val_acc`` study marked 0.83 feasible against the baseline's 0.96).
+    """
+    import re
+
+    if mode is not None or not monitor:
+        return
+    words = set(re.findall(r"[a-z]+[0-9]*", monitor.lower())) | set(re.findall(r"[a-z]+", monitor.lower()))
+    if words & _HIGHER_WORDS and not words & _LOWER_WORDS:
+        raise UsageError(
+            f"--monitor {monitor} reads like a score where higher is better, but --mode defaults to min; "
+            "pass --mode max (or --mode min if lower is better)"
+        )
+
+
 def default_study_name(model_file: str | Path) -> str:
     """The file's stem, or its folder's name for ``model.py`` (``examples/digits/model.py`` -> ``digits``)."""
     path = Path(model_file).resolve()

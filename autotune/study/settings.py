@@ -30,7 +30,7 @@ from autotune.space import (
     resolve_space,
 )
 from autotune.storage import mask_url, open_storage
-from autotune.study.options import DEFAULTS, SearchOptions
+from autotune.study.options import DEFAULTS, SearchOptions, check_monitor_mode
 from autotune.study.probe import _probe_memory
 from autotune.ui import UI
 
@@ -316,6 +316,7 @@ def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOp
 
 def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui: UI) -> StudySettings:
 
+    check_monitor_mode(opts.monitor, opts.mode)  # a new study's mode is fixed: say it before any trial
     space_path = find_space(opts.space_file or "default").resolve()
     space = load_space(space_path)  # validate before the slow inspection
     config_file = str(Path(opts.config_file).resolve()) if opts.config_file else None
