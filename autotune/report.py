@@ -102,7 +102,13 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         if attrs.get("math") == "preserving" and not attrs.get("baseline"):
             note = ("same math " + note).strip()
         sanity = attrs.get("loss_sanity") or {}
-        if sanity.get("ok") is False:
+        if sanity.get("ok") is False and attrs.get("feasible") is not None:
+            # a run judged at full budget: its monitored metric decided, the training-loss check only informs
+            note = (
+                f"{note} training loss {sanity['change']:+.0%} vs the baseline's at {sanity['samples']} samples (sanity limit "
+                f"{sanity['tolerance']:+.0%}; a full-budget run is judged on {attrs.get('loss_source') or 'its --monitor'})"
+            ).strip()
+        elif sanity.get("ok") is False:
             note = (
                 f"{note} loss sanity failed: {sanity['change']:+.0%} against the baseline's at {sanity['samples']} samples "
                 f"(limit {sanity['tolerance']:+.0%})"

@@ -86,7 +86,10 @@ def test_json_and_yaml_hold_every_trial(big, capfd, fmt):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--limit", 5, "--format", "json"], "--limit 5 sets the rows of the table, but this shows every trial (--format json); leave --limit out"),
+        (
+            ["--limit", 5, "--format", "json"],
+            "--limit 5 sets the rows of the table, but this shows every trial (--format json); leave --limit out",
+        ),
         ([3, "--all"], "--all sets the rows of the table, but this shows trial 3 alone; leave --all out"),
         (["--limit", 0], "--limit must be at least 1, got 0; --all shows every trial"),
         ([99], "has no trial 99 (its trials are 0..59)"),
@@ -146,7 +149,8 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
     assert choice.numbers == [0, 1, 2] and choice.kept == ["the recommended trial", "the baseline"]
     assert left_out_line(choice, 5, "throughput") == (
         "3 of 5 trials shown (the recommended trial, the baseline and the 1 best complete by samples/s); 2 left out "
-        "(2 complete): --limit N shows N rows, --all every trial, --format json or yaml every trial in full")
+        "(2 complete): --limit N shows N rows, --all every trial, --format json or yaml every trial in full"
+    )
     choice = choose_rows(trials, "goodput", 3, keep={0: "the baseline"})
     assert choice.numbers == [0, 2, 3] and choice.kept == ["the baseline"] and dict(choice.left_out) == {"COMPLETE": 2}
     assert left_out_line(choice, 5, "goodput").startswith("3 of 5 trials shown (the baseline and the 2 best complete by goodput)")
@@ -185,8 +189,9 @@ def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median
     assert {0, pairs[2][0].number, pairs[2][1].number} <= set(rows) and len(rows) == 5  # the median runs: 100 and 435
     assert re.search(rf"^│\s*{pairs[2][1].number} │.*recommended", out, re.M)
     assert "4.35x faster [" in out and "over 3 paired run(s) vs the baseline" in out
-    assert ("5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best "
-            "complete by samples/s)") in out
+    assert (
+        "5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best complete by samples/s)"
+    ) in out
 
 
 def test_a_no_curve_column_is_explained_under_the_table(tmp_path, monkeypatch, capfd):
@@ -205,3 +210,26 @@ def test_a_no_curve_column_is_explained_under_the_table(tmp_path, monkeypatch, c
     study = make_study(f"sqlite:///{db2}")
     add(study, 100.0, 1.0, baseline=True, attrs={"target_reached": True, "time_to_target": 2.0, "loss_target": 1.05})
     assert "to target 'no curve'" not in _show(capfd, db2)[1]
+
+
+def test_a_sanity_check_above_its_limit_reads_as_a_decision_only_where_it_decided():
+    """A short same-math run that fails the training-loss check gets no full-budget run ("loss sanity
+    failed"); a full-budget run is judged on its monitored metric, so the check only informs (a new user
+    read "loss sanity failed" beside "feasible yes" on a trial that was then raced)."""
+    import types
+
+    from autotune.report import trial_rows
+
+    sanity = {"ok": False, "change": 0.46, "samples": 1952, "tolerance": 0.15}
+
+    def trial(number, **attrs):
+        attrs = {"config": {"batch_size": 32}, "math": "preserving", "loss_sanity": sanity, **attrs}
+        return types.SimpleNamespace(number=number, state=types.SimpleNamespace(name="COMPLETE"), user_attrs=attrs)
+
+    short, full = trial_rows(
+        None, trials=[trial(1, trial_samples=512, feasible=None, stage="system"), trial(4, feasible=True, loss_source="val_loss")]
+    )
+    assert short["note"] == "same math short (512 samples) loss sanity failed: +46% against the baseline's at 1952 samples (limit +15%)"
+    assert full["note"] == (
+        "same math training loss +46% vs the baseline's at 1952 samples (sanity limit +15%; a full-budget run is judged on val_loss)"
+    )
