@@ -270,6 +270,16 @@ def _resolve_user_arg(name: str, spec: KnobSpec, baseline: TrialConfig, info: Ma
         linked = user_arg(source_of_link)
         own = ((info.get("knob_args") or {}).get(linked[0]) or {}).get(linked[1]) if linked else None
         instead = f"{own}: (autotune's knob, which sets {source_of_link})" if own else source_of_link
+        signatures = info.get("signature") or {}
+        searchable = linked is not None and (
+            linked[1] in (signatures.get(linked[0]) or {}) or (info.get("accepts_any") or {}).get(linked[0])
+        )
+        if not own and not searchable:
+            # an attribute of the instantiated object (apply_on="instantiate"), several sources, or another path
+            raise SpaceError(
+                f"{source}: {name} is set by your LightningCLI's link_arguments from {source_of_link}, which is not a constructor "
+                f"argument that a space can set (LightningCLI refuses a value for a link target): remove {name} from the space"
+            )
         raise SpaceError(
             f"{source}: {name} is set by your LightningCLI's link_arguments from {source_of_link} (LightningCLI refuses a "
             f"value for a link target); search {instead} in the space instead"

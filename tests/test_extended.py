@@ -95,6 +95,13 @@ def test_constructor_arguments_are_typed_by_the_signature():
         resolve({"model.lr": [0.1]}, info={**INFO, "knob_args": {"model": {"lr": "lr"}, "data": {"batch_size": "batch_size"}}})
     with pytest.raises(SpaceError, match=r"data.shuffle: the model file has no LightningDataModule"):
         resolve({"data.shuffle": [True]}, info={**INFO, "signature": {**INFO["signature"], "data": None}})
+    # a link target whose source is a constructor argument: search the source instead
+    with pytest.raises(SpaceError, match=r"model.hidden is set by your LightningCLI's link_arguments from data.shuffle .*search data.shuffle in"):
+        resolve({"model.hidden": [8]}, info={**INFO, "links": {"model.hidden": "data.shuffle"}})
+    # its source an attribute set at instantiation (apply_on="instantiate"): nothing to search instead (a new
+    # user was told "search data.num_features in the space instead", which was then refused)
+    with pytest.raises(SpaceError, match=r"from data.num_features, which is not a constructor argument .* remove model.hidden from the space$"):
+        resolve({"model.hidden": [8]}, info={**INFO, "links": {"model.hidden": "data.num_features"}})
 
 
 def test_sampled_configs_carry_the_knobs_and_enqueue_files_map_back():
