@@ -176,8 +176,31 @@ def check_search_options(opts: SearchOptions) -> None:
 
 #: Words of a metric's name that mean a higher value is better, and words that mean a lower one is
 #: (``val_acc``, ``val/f1``, ``test_auroc``; but ``val_top1_error``): :func:`check_monitor_mode`.
-_HIGHER_WORDS = frozenset("acc accuracy f1 fbeta auc auroc auprc ap map precision recall iou jaccard dice bleu rouge r2 psnr ssim top".split())
-_LOWER_WORDS = frozenset("loss err error mse mae rmse nll ppl perplexity wer cer fid distance".split())
+_HIGHER_WORDS = frozenset(
+    [
+        "acc",
+        "accuracy",
+        "f1",
+        "fbeta",
+        "auc",
+        "auroc",
+        "auprc",
+        "ap",
+        "map",
+        "precision",
+        "recall",
+        "iou",
+        "jaccard",
+        "dice",
+        "bleu",
+        "rouge",
+        "r2",
+        "psnr",
+        "ssim",
+        "top",
+    ]
+)
+_LOWER_WORDS = frozenset(["loss", "err", "error", "mse", "mae", "rmse", "nll", "ppl", "perplexity", "wer", "cer", "fid", "distance"])
 
 
 def check_monitor_mode(monitor: str | None, mode: str | None) -> None:
