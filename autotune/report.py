@@ -168,7 +168,7 @@ def other_knobs(config: Mapping[str, Any]) -> str | None:
             parts.append(f"{key}={config[key]}")
     for section in ("model", "data"):
         for name, value in (config.get(f"{section}_args") or {}).items():
-            parts.append(f"{section}.{name}={value}")
+            parts.append(f"{section}.{name}={value:.4g}" if isinstance(value, float) else f"{section}.{name}={value}")
     return ", ".join(parts) or None
 
 
@@ -220,8 +220,8 @@ def _fmt(key: str, value: Any) -> str:
             return f"{value:.3g}"
         if key == "samples_per_sec":
             return f"{value:,.0f}"
-        if key == "mfu":
-            return mfu_text(value)
+        if key == "mfu":  # a table cell: below 0.01% only its order (the summary line gives two digits)
+            return "<0.01%" if 0 < value < 1e-4 else mfu_text(value)
         return f"{value:.4g}"
     if isinstance(value, bool):
         return "yes" if value else "NO"

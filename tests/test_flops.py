@@ -133,3 +133,4 @@ def test_a_small_mfu_keeps_two_significant_digits_instead_of_reading_zero():
     attrs = {"model_flops_per_sec": 3.4e7, "flops_per_sample": 1e4, "mfu": 0.00034, "peak_flops_source": "measured"}
     assert "MFU 0.034% of the device's peak" in flops_line(types.SimpleNamespace(user_attrs=attrs))
     assert (_fmt("mfu", 0.00034), _fmt("mfu", 0.0), _fmt("mfu", 0.25)) == ("0.034%", "0.0%", "25.0%")
+    assert _fmt("mfu", 4.1e-6) == "<0.01%"  # a table cell stays narrow

@@ -284,3 +284,10 @@ def test_a_study_copied_under_another_name_is_shown_and_exported_under_it(tmp_pa
     assert settings.study_name == "copy"
     shown = run_cli(["show", "copy", "--storage", f"sqlite:///{db}"], cwd=tmp_path, env={"COLUMNS": "200"}, check_rc=0).stdout
     assert "study copy" in shown and "study s\n" not in shown and "study s:" not in shown
+
+
+def test_a_searched_float_argument_is_shown_to_four_significant_digits():
+    from autotune.report import other_knobs
+
+    line = other_knobs({"model_args": {"dropout": 0.16983024598527907, "hidden": 64}, "data_args": {"augment": True}})
+    assert line == "model.dropout=0.1698, model.hidden=64, data.augment=True"

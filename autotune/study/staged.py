@@ -532,7 +532,10 @@ def _stages(study, settings: StudySettings, ui: UI, drain: Callable[..., int], a
             ran += drain(add=left)
             break
         kind = "math-preserving, at the baseline's effective batch and lr" if batch[0][1].get("math") == PRESERVING else "math-changing"
-        ui.info(f"staged search, stage 2 ({kind}): " + "; ".join(", ".join(f"{k}={v}" for k, v in params.items()) for params, _ in batch))
+        ui.info(
+            f"staged search, stage 2 ({kind}): "
+            + "; ".join(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) for params, _ in batch)
+        )
         _hold(plan, batch, len(batch), left - len(batch))
         ran += drain(add=len(batch), seeds=batch)
         left -= len(batch)
