@@ -248,8 +248,14 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
 
         return yaml.dump(list(map(dict, rows)), Dumper=_NoAliases, sort_keys=False)
     console = console or _console()
+    # the loss column is named after what it holds when every row's figure is the same metric (val_acc under --monitor val_acc)
+    sources = {row.get("loss_source") for row in rows if row.get("loss") is not None}
+    loss_label = sources.pop() if len(sources) == 1 and None not in sources else "loss"
+    loss_label = "train_loss" if loss_label == "autotune/train_loss" else loss_label  # the loss training_step returned
     columns = [
-        TableColumn(key, label, rank, text=key in _TEXT_COLUMNS, right=key not in ("state", "precision", "note", "other"))
+        TableColumn(
+            key, loss_label if key == "loss" else label, rank, text=key in _TEXT_COLUMNS, right=key not in ("state", "precision", "note", "other")
+        )
         for key, label, rank in _COLUMNS
     ]
     cells = [

@@ -291,3 +291,18 @@ def test_a_searched_float_argument_is_shown_to_four_significant_digits():
 
     line = other_knobs({"model_args": {"dropout": 0.16983024598527907, "hidden": 64}, "data_args": {"augment": True}})
     assert line == "model.dropout=0.1698, model.hidden=64, data.augment=True"
+
+
+@pytest.mark.parametrize(
+    ("sources", "header"),
+    [(["val_acc", "val_acc"], "val_acc"), (["autotune/train_loss"], "train_loss"), (["val_loss", "val_acc"], "loss")],
+)
+def test_the_loss_column_is_named_after_the_metric_every_row_holds(sources, header):
+    rows = [
+        {"number": i, "state": "COMPLETE", "batch_size": 32, "samples_per_sec": 100.0 + i, "loss": 0.5, "loss_source": source}
+        for i, source in enumerate(sources)
+    ]
+    out = io.StringIO()
+    render_rows(rows, "table", Console(file=out, width=250))
+    head = next(line for line in out.getvalue().splitlines() if "samples/s" in line)
+    assert [cell.strip() for cell in head.replace("┃", "│").split("│") if cell.strip()][-1] == header
