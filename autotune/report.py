@@ -254,7 +254,11 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     loss_label = "train_loss" if loss_label == "autotune/train_loss" else loss_label  # the loss training_step returned
     columns = [
         TableColumn(
-            key, loss_label if key == "loss" else label, rank, text=key in _TEXT_COLUMNS, right=key not in ("state", "precision", "note", "other")
+            key,
+            loss_label if key == "loss" else label,
+            rank,
+            text=key in _TEXT_COLUMNS,
+            right=key not in ("state", "precision", "note", "other"),
         )
         for key, label, rank in _COLUMNS
     ]
