@@ -250,7 +250,7 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     console = console or _console()
     # the loss column is named after what it holds when every row's figure is the same metric (val_acc under --monitor val_acc)
     sources = {row.get("loss_source") for row in rows if row.get("loss") is not None}
-    loss_label = sources.pop() if len(sources) == 1 and None not in sources else "loss"
+    loss_label = str(sources.pop()) if len(sources) == 1 and None not in sources else "loss"
     loss_label = "train_loss" if loss_label == "autotune/train_loss" else loss_label  # the loss training_step returned
     columns = [
         TableColumn(
