@@ -2,7 +2,8 @@
 
 The candidates are the ``--confirm`` best distinct feasible configs of the search, best first
 (:func:`autotune.study.records.confirm_candidates`); the incumbent is the baseline until a candidate
-wins (:mod:`autotune.paired` decides). A pair's two runs are queued together, in the order
+wins (:mod:`autotune.paired` decides), and a resumed search starts from the stored chain's last winner
+(:func:`_standing`). A pair's two runs are queued together, in the order
 :func:`autotune.paired.runs_first` gives, and run one at a time in this process (whatever ``--jobs``)
 from one warm process (the search run's own, kept for the whole confirmation); the verdict is read
 again from the stored runs after every pair (:mod:`autotune.study.races`), so a resumed search
@@ -261,8 +262,16 @@ def race_candidates(
     candidates = same_math_first(study, settings, candidates, base, share, outside) if not given else candidates
     samples, source = confirm_samples(study, settings, samples, candidates[0], base, share, outside)
     search_s, spent, allowed = confirm_budget(study, share, outside)
+    incumbent, settled = _standing(study, settings, samples, base)
+    candidates = [c for c in candidates if c.number not in settled]  # already won, or already lost to a config of the chain
+    if not candidates:
+        ui.info(
+            f"confirmation: every candidate was already raced in this study; the recommendation stands (trial {incumbent.number}'s config)"
+        )
+        return 0
+    against = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config (it won its race(s) in this study)"
     ui.stage(
-        f"confirming: racing {len(candidates)} config(s), best first, against the baseline in pairs of back-to-back runs "
+        f"confirming: racing {len(candidates)} config(s), best first, against {against} in pairs of back-to-back runs "
         f"({MIN_PAIRS} to {cap} pairs each) of {samples} training samples ({source}); budget {allowed:.0f} s "
         f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,
@@ -270,9 +279,11 @@ def race_candidates(
     own = pools is None
     if pools is None:
         pools = SlotPools(settings.model_file, cold, tempfile.mkdtemp(prefix="autotune-warm-"), ui)
-    ran, incumbent = 0, base
+    ran, started_any = 0, False
     try:
-        for i, candidate in enumerate(candidates):
+        for candidate in candidates:
+            first = not started_any and incumbent.number == base.number  # the race that can find any speed-up at all
+            started_any = True
             if not given and samples < short_samples(settings, candidate, incumbent):  # shortened for a same-math race
                 ui.info(
                     f"race: trial {candidate.number}'s config changes the training math: its race needs runs of {settings.samples} "
@@ -280,10 +291,10 @@ def race_candidates(
                 )
                 continue
             race, done = _run_race(
-                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan, i == 0
+                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan, first
             )
             ran += done
-            if race.stopped and not race.pairs and i == 0:
+            if race.stopped and not race.pairs and first:
                 study.set_user_attr(UNRACED_ATTR, samples)
                 ui.info(
                     f"confirmation: a pair of runs of trial {candidate.number}'s config and the baseline would take confirmation "
@@ -291,7 +302,7 @@ def race_candidates(
                     "a longer search (--trials) or --confirm-share 0.3 makes room"
                 )
                 break
-            versus = "the baseline" if incumbent is base else f"trial {incumbent.number}'s config"
+            versus = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config"
             if race.stopped and not race.pairs:
                 ui.info(
                     f"confirmation: the {MIN_PAIRS} pairs a race of trial {candidate.number}'s config against {versus} needs would take "
@@ -313,6 +324,28 @@ def race_candidates(
             pools.close()
             shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
+
+
+def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[Any, set[int]]:
+    """Where the stored chain of races at ``samples`` stands: ``(incumbent, settled)``.
+
+    The incumbent is the last winner of the chain from the baseline (:func:`autotune.study.races.confirmation_of`
+    reads the chain the same way), ``base`` when none won; ``settled`` holds the search trials a resumed
+    confirmation does not race again: the chain's configs, and every candidate whose race against one of
+    them was decided other than a win (one that lost to the baseline is not raced again against a winner
+    faster than it). A
+    resumed search that found a better config then races it against the current winner: raced against
+    the baseline, its win could not extend the chain, and the summary would recommend the older winner.
+    """
+    every = study.get_trials(deepcopy=False)
+    chain, current = {base.number}, base.number
+    races = races_of(every, settings, samples)
+    for race in races:
+        if race.incumbent == current and race.verdict.outcome == "win":
+            current = race.candidate
+            chain.add(current)
+    settled = set(chain) | {r.candidate for r in races if r.incumbent in chain and r.verdict.decided and r.verdict.outcome != "win"}
+    return (base if current == base.number else every[current]), settled
 
 
 def _current(study, settings: StudySettings, incumbent: int, candidate: int, samples: int, cap: int) -> Race:

@@ -121,3 +121,45 @@ def test_a_race_s_replicate_runs_include_each_config_s_search_trial_when_it_trai
         outcomes[samples] = got.verdict
     assert outcomes[1024].outcome == "win" and outcomes[1024].df == 4  # 2 + 2 degrees: each config's 3 runs
     assert outcomes[2048].outcome == "running" and outcomes[2048].df in (-1, 2)  # runs longer than the search's: pairs only
+
+
+def test_a_resumed_confirmation_races_a_new_candidate_against_the_chain_s_winner_not_the_baseline(monkeypatch):
+    """A new user's resumed search: trial 7 had won against the baseline (1.63x), the resumed search found a
+    faster config and raced it against the baseline (2.16x, a win) while the summary and the export still
+    recommended trial 7: a race from the baseline could not extend the chain."""
+    from autotune.study import racing
+    from autotune.study.records import confirmation
+
+    settings = make_settings()
+    study = make_study()
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 1000.0}])
+    add(study, 100.0, baseline=True)
+    winner = add(study, 300.0, num_workers=2)
+    lost = add(study, 280.0, num_workers=1)
+    race(study, winner.number, [100.0, 102.0, 98.0], [300.0, 310.0, 305.0], samples=1024)
+    race(study, lost.number, [300.0, 305.0, 302.0], [200.0, 205.0, 198.0], incumbent=winner.number, samples=1024)
+    new = add(study, 500.0, num_workers=3)  # the resumed search's find
+    raced, messages = [], []
+
+    def run_race(study, settings, ui, incumbent, candidate, samples, *rest):
+        raced.append((incumbent.number, candidate.number))
+        race(study, candidate.number, [300.0, 301.0, 299.0], [500.0, 510.0, 505.0], incumbent=incumbent.number, samples=samples)
+        return racing._current(study, settings, incumbent.number, candidate.number, samples, 6), 6
+
+    class Recorder:
+        def info(self, message):
+            messages.append(message)
+
+        def stage(self, message, trials):
+            messages.append(message)
+
+    monkeypatch.setattr(racing, "_run_race", run_race)
+    ran = racing.race_candidates(study, settings, Recorder(), 3, 6, None, 0.2, cold=True, storage_url="", pools=object())
+    assert raced == [(winner.number, new.number)] and ran == 6  # the lost candidate is not raced again
+    assert f"against trial {winner.number}'s config" in messages[0]
+    confirmed = confirmation(study, settings)
+    assert [r.candidate for r in confirmed.won] == [winner.number, new.number] and confirmed.chosen == new.number
+    assert confirmed.ratio > 4.0  # 3x then 1.68x, chained
+    raced.clear()
+    assert racing.race_candidates(study, settings, Recorder(), 3, 6, None, 0.2, cold=True, storage_url="", pools=object()) == 0
+    assert raced == [] and f"the recommendation stands (trial {new.number}'s config)" in messages[-1]
