@@ -398,7 +398,13 @@ class ConsoleUI:
         every = study.get_trials(deepcopy=False)  # one read for every line below (a server database: one round trip)
         rows = trial_rows(study, recommended.number if recommended else None, trials=every)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
-        render_rows(complete[:10], "table", self.console, title=f"study {settings.study_name}: best complete trials ({settings.objective})")
+        # the recommended trial and the baseline always, below the ten best (as `autotune show` keeps them)
+        keep = {t.number for t in (recommended, baseline) if t is not None}
+        shown = complete[:10] + [r for r in complete[10:] if r["number"] in keep]
+        title = f"study {settings.study_name}: best complete trials ({settings.objective})"
+        if len(shown) > 10:
+            title += ", then the recommended trial and the baseline"
+        render_rows(shown, "table", self.console, title=title)
         # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
         # a pruned trial (stopped early, or not run: a duplicate, a predicted OOM, a failed class) did not fail
         for state, what in (("FAIL", "failed"), ("PRUNED", "pruned or not run")):

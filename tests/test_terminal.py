@@ -306,3 +306,20 @@ def test_the_loss_column_is_named_after_the_metric_every_row_holds(sources, head
     render_rows(rows, "table", Console(file=out, width=250))
     head = next(line for line in out.getvalue().splitlines() if "samples/s" in line)
     assert [cell.strip() for cell in head.replace("┃", "│").split("│") if cell.strip()][-1] == header
+
+
+def test_the_summary_table_keeps_the_recommended_trial_and_the_baseline_below_the_ten_best():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    for i in range(12):  # twelve faster configs, all infeasible (their loss is far worse)
+        add(study, 1000.0 + i, 9.0, batch_size=32, num_workers=i % 5, lr=0.01 + i / 100)
+    chosen = add(study, 150.0, 1.0, num_workers=2)
+    settings = make_settings()
+    recommended, baseline = recommendation(study, settings)
+    assert recommended.number == chosen.number and baseline.number == 0
+    ui, out = ConsoleUI(), io.StringIO()
+    ui.console = Console(file=out, width=250)
+    ui.summary(study, settings, recommended, baseline, None)
+    text = out.getvalue()
+    numbers = [int(line.split("│")[1]) for line in text.splitlines() if line.count("│") > 3 and line.split("│")[1].strip().isdigit()]
+    assert len(numbers) == 12 and {0, chosen.number} <= set(numbers) and "then the recommended trial and the baseline" in text
