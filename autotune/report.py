@@ -79,6 +79,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
     With ``full``, every user attribute of the trial is included too (loss curve, rank configs,
     timings, ``log_tail`` of a failed trial, ...), but its output (``log``, long). ``trials`` (frozen trials) replaces the study's.
     """
+    from autotune.study.settings import SETTINGS_ATTR
+
     rows = []
     study_attrs: dict[str, Any] | None = None  # read once, if a failed trial has no reason of its own
     for t in trials if trials is not None else study.get_trials(deepcopy=False):
@@ -94,6 +96,15 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = ("baseline " + note).strip()
         if "confirm_of" in attrs:
             pair = f" (pair {attrs['pair_index']} of #{attrs['pair_of']})" if "pair_index" in attrs else ""
+            if study is not None and attrs.get("confirm_samples") is not None:
+                # a shorter paired run than the search's (a same-math race): its loss is not the search trials' loss
+                study_attrs = study.user_attrs if study_attrs is None else study_attrs
+                if int(attrs["confirm_samples"]) != int((study_attrs.get(SETTINGS_ATTR) or {}).get("samples") or 0):
+                    pair = (
+                        f"{pair[:-1]}, {int(attrs['confirm_samples']):,} samples)"
+                        if pair
+                        else f" ({int(attrs['confirm_samples']):,} samples)"
+                    )
             note = (f"confirms #{attrs['confirm_of']}{pair} " + note).strip()
         if "duplicate_of" in attrs:
             note = f"duplicate of #{attrs['duplicate_of']} (not run) " + note

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from rich.cells import cell_len
 from rich.console import Console
-from study.helpers import add, make_settings, make_study  # tests/study/helpers.py
+from study.helpers import add, make_settings, make_study, race  # tests/study/helpers.py
 
 from autotune.cli import EXIT_BROKEN_PIPE
 from autotune.live import LiveUI
@@ -323,3 +323,14 @@ def test_the_summary_table_keeps_the_recommended_trial_and_the_baseline_below_th
     text = out.getvalue()
     numbers = [int(line.split("│")[1]) for line in text.splitlines() if line.count("│") > 3 and line.split("│")[1].strip().isdigit()]
     assert len(numbers) == 12 and {0, chosen.number} <= set(numbers) and "then the recommended trial and the baseline" in text
+
+
+def test_a_paired_run_shorter_than_the_search_s_says_how_many_samples_it_trained():
+    study = make_study()  # --samples 1024
+    add(study, 100.0, 1.0, baseline=True)
+    cand = add(study, 300.0, 1.0, num_workers=2)
+    race(study, cand.number, [100.0, 101.0], [300.0, 302.0], samples=512)  # a same-math race on shorter runs
+    race(study, cand.number, [100.0], [300.0], samples=1024)
+    notes = [r["note"] for r in trial_rows(study) if "confirms" in r["note"]]
+    assert notes[:2] == [f"confirms #0 (pair 0 of #{cand.number}, 512 samples)", f"confirms #{cand.number} (pair 0 of #{cand.number}, 512 samples)"]
+    assert notes[-1] == f"confirms #{cand.number} (pair 0 of #{cand.number})"  # as long as the search's runs: no label
