@@ -184,7 +184,7 @@ def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, i
     A race of a candidate of other math than the incumbent (another effective batch, lr or constructor
     arguments) under ``throughput`` or ``goodput`` is judged on each run's seconds to the study's loss
     target (:func:`autotune.study.races.judge_race`), so each run stops once its training loss,
-    averaged over the last tenth of its budget, reaches that target, as MLPerf's time-to-train stops
+    averaged over the window the target was set with (the last tenth of ``--samples``), reaches that target, as MLPerf's time-to-train stops
     at its quality target: the rest of the run would measure nothing the verdict reads. A run that never
     reaches it trains its whole budget. Only a one-process trial (``--devices 1``, one node) stops
     early: the ranks of a DDP trial would have to agree on the step.

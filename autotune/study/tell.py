@@ -171,7 +171,9 @@ def _judge(
                 if is_baseline or baseline.get("loss_target") is None
                 else baseline["loss_target"]
             )
-            reach = time_to_target(measured["loss_curve"], target, sps, _budget(trial.user_attrs, settings))
+            # smoothed over the window the target was set with (a tenth of --samples), not a tenth of this run's
+            # own samples: a 512-sample paired run's 51-sample window "reached" a 2,048-sample target on noise
+            reach = time_to_target(measured["loss_curve"], target, sps, max(1, settings.samples))
             seen = measured.get("samples_seen")
             if attrs.get("stopped_at_target") and seen and not (reach.reached and reach.samples <= seen):
                 # it stopped because its loss over the window reached the target on the whole curve (the stored

@@ -107,7 +107,8 @@ def _run_one(study, trial, config: TrialConfig, settings: StudySettings, is_base
                 return _prune_predicted_oom(study, trial, reason, ui, FailKind.FAILED_CLASS)
     spec = trial_spec(settings.to_dict(), config.to_dict(), _budget(trial.user_attrs, settings), settings.seed)
     if trial.user_attrs.get("stop_at_target") is not None:  # a timed paired run (autotune.study.racing.stop_target)
-        spec["stop_at_loss"] = [float(trial.user_attrs["stop_at_target"]), SMOOTHING_FRACTION * _budget(trial.user_attrs, settings)]
+        # averaged over the window the target was set with (a tenth of --samples), whatever the run's own length
+        spec["stop_at_loss"] = [float(trial.user_attrs["stop_at_target"]), SMOOTHING_FRACTION * max(1, settings.samples)]
     if heartbeat_interval(study) is None:  # no heartbeats (a journal file, a gRPC proxy): other workers judge it by its cap
         set_trial_system_attr(study, trial, TIMEOUT_ATTR, float(settings.trial_timeout))
     # the heartbeat runs until the trial is told: storing its figures can take long on a busy database,

@@ -163,3 +163,26 @@ def test_a_resumed_confirmation_races_a_new_candidate_against_the_chain_s_winner
     raced.clear()
     assert racing.race_candidates(study, settings, Recorder(), 3, 6, None, 0.2, cold=True, storage_url="", pools=object()) == 0
     assert raced == [] and f"the recommendation stands (trial {new.number}'s config)" in messages[-1]
+
+
+def test_a_short_paired_run_is_smoothed_over_the_window_the_target_was_set_with():
+    """A 512-sample paired run of a 2,048-sample study: a tenth of its own samples (51) caught one noisy dip
+    below the target; over the target's own window (205 samples) it stays above, as it is."""
+    from autotune.study import BASELINE_ATTR
+    from autotune.study.tell import _judge
+
+    study = make_study(samples=2048)
+    settings = make_settings(samples=2048)
+    add(study, 100.0, 1.0, baseline=True)
+    study.set_user_attr(BASELINE_ATTR, {**study.user_attrs[BASELINE_ATTR], "loss_target": 1.0})
+    curve = [[s, 1.2] for s in range(16, 513, 16)]
+    curve[26:29] = [[s, 0.7] for s, _ in curve[26:29]]  # three noisy steps at 432 to 464 samples
+    trial = study.ask()
+    trial.set_user_attr("confirm_samples", 512)
+    trial.set_user_attr("config", make_settings().baseline_config)
+    trial.set_user_attr("effective_batch_size", 16)
+    measured = {"loss_curve": curve, "train_loss_final": 1.2, "metrics": {"val_loss": 1.2}, "samples_per_sec": 100.0, "samples_seen": 512}
+    attrs: dict = {}
+    _judge(study, trial, attrs, measured, settings, False)
+    assert attrs["target_reached"] is False and attrs["loss_target"] == 1.0
+    assert attrs["time_to_target"] is None or attrs["time_to_target"] > 512 / 100.0  # not on the dip: never, or extrapolated past the run
