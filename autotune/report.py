@@ -465,12 +465,13 @@ class ConsoleUI:
             return
         speed = confirmed_speed(study, settings, every)
         if speed is not None:
-            from autotune.summary import ratio_text
+            from autotune.summary import ratio_text, timed_caveat
 
             said = (
                 f"(the config of trial {speed['trial']}, confirmed): [bold]"
                 + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective)
                 + "[/bold]"
+                + timed_caveat(speed)
                 if speed["won"]
                 else "(the baseline: no candidate was shown better in paired runs): [bold]1.00x[/bold]"
             )

@@ -25,6 +25,7 @@ __all__ = [
     "quality_line",
     "ratio_text",
     "speedup_line",
+    "timed_caveat",
     "unpaired_text",
 ]
 
@@ -131,12 +132,27 @@ def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any, obj
         objective: The study's objective (names what the paired ratio compares).
     """
     if speed is not None and speed["won"]:
-        return f"measured: the config of trial {speed['trial']} is " + ratio_text(
-            speed["ratio"], speed["low"], speed["high"], speed["pairs"], objective
+        return (
+            f"measured: the config of trial {speed['trial']} is "
+            + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], objective)
+            + timed_caveat(speed)
         )
     if speed is not None:
         return "measured: 1.00x: no candidate was shown at least 5% better than the baseline in paired runs (the baseline is recommended)"
     return f"measured: {unpaired_text(trial, baseline)}"
+
+
+def timed_caveat(speed: Mapping[str, Any]) -> str:
+    """What a ratio judged on the seconds to the baseline's loss holds for (:func:`autotune.study.confirmed_speed`'s
+    ``timed``), or ``""``: a config of other math (another effective batch or lr) reached that loss sooner in
+    runs of the confirmation's length; over a longer training its loss curve and the baseline's can cross
+    again (a new user's 1.63x at 2,048 samples was 1.15x over the model's own ``max_epochs``)."""
+    if not speed.get("timed"):
+        return ""
+    return (
+        f", in seconds to the baseline's training loss over {int(speed['samples']):,} training samples per run: it changes the "
+        "training math, so over the model's own training length the gain can be smaller or larger"
+    )
 
 
 def unpaired_text(trial: Any, baseline: Any) -> str:

@@ -15,7 +15,7 @@ from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.objective import TrialRecord, recommend
 from autotune.samplers import grid_space
-from autotune.study.races import _same_math, confirmation_of
+from autotune.study.races import TIMED, _same_math, confirmation_of
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -296,10 +296,11 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
-        ``{"trial", "ratio", "low", "high", "pairs", "baseline_trial", "samples", "won"}``: the chosen
+        ``{"trial", "ratio", "low", "high", "pairs", "baseline_trial", "samples", "won", "timed"}``: the chosen
         config's search trial, the ratio (> 1: better) and its 90% interval, the paired runs behind
-        it, the baseline's search trial, samples per paired run, and whether any race was won (else
-        the baseline is recommended at 1.00x).
+        it, the baseline's search trial, samples per paired run, whether any race was won (else
+        the baseline is recommended at 1.00x), and whether a won race was judged on the seconds to the
+        baseline's loss (a config of other math: :data:`autotune.study.races.TIMED`).
     """
 
     confirmed = confirmation(study, settings, trials)
@@ -314,4 +315,5 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         "baseline_trial": confirmed.baseline,
         "samples": confirmed.samples,
         "won": bool(confirmed.won),
+        "timed": any(TIMED in (r.verdict.reason or "") for r in confirmed.won),
     }

@@ -170,6 +170,27 @@ def test_a_candidate_of_other_math_slower_to_the_baseline_s_loss_in_its_pairs_is
     assert confirmation(study, _settings(study)).chosen == workers.number
 
 
+def test_a_speed_up_of_other_math_says_it_was_measured_to_the_baseline_s_loss_over_the_races_samples():
+    from autotune.study import confirmed_speed
+    from autotune.summary import speedup_line
+
+    study = make_study()
+    base = add(study, 100.0, 1.0, baseline=True)
+    bigger = add(study, 300.0, 1.0, batch_size=64, lr=0.1)
+    race(study, bigger.number, [100.0, 102.0, 98.0], [300.0, 301.0, 298.0], reach=([10.0, 11.0, 10.5], [5.0, 5.2, 5.1]))
+    speed = confirmed_speed(study, _settings(study))
+    assert speed["won"] and speed["timed"] and speed["ratio"] > 1.8
+    line = speedup_line(speed, bigger, base)
+    assert "faster" in line and "in seconds to the baseline's training loss over 2,048 training samples per run" in line
+    # a config of the baseline's math is judged on samples/s: no caveat
+    study = make_study()
+    base = add(study, 100.0, 1.0, baseline=True)
+    workers = add(study, 300.0, 1.0, num_workers=2)
+    race(study, workers.number, [100.0, 102.0, 98.0], [300.0, 301.0, 298.0], reach=([10.0, 11.0, 10.5], [5.0, 5.2, 5.1]))
+    speed = confirmed_speed(study, _settings(study))
+    assert speed["won"] and not speed["timed"] and "training loss" not in speedup_line(speed, workers, base)
+
+
 def test_a_raced_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
