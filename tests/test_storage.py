@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy.exc
 
 from autotune.errors import StorageUnreachableError
-from autotune.storage import ResilientRDBStorage, is_transient
+from autotune.storage import ResilientRDBStorage, is_transient, open_storage
 
 
 def _lost_connection():
@@ -288,3 +288,34 @@ def test_a_queued_trial_whose_commit_landed_before_the_connection_was_lost_is_no
         assert trials[0].user_attrs == {"baseline": True} and trials[0].state.name == "WAITING"
     else:
         assert len(trials) == 3
+
+
+def test_the_bookkeeping_after_ctrl_c_gives_up_on_a_locked_database_instead_of_hanging(tmp_path, monkeypatch):
+    """A new user's Ctrl-C hung 4 minutes on `database is locked` and exited 1: after the interruption a
+    locked database is waited for at most INTERRUPT_STORE_SECONDS, then the process goes on to exit (a
+    trial left RUNNING goes stale and is retried)."""
+    import sqlite3
+
+    from autotune.study import tell
+    from autotune.study.tell import _fail_interrupted, after_interrupt
+
+    path = tmp_path / "s.db"
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{path}"), study_name="s")
+    running = study.ask().number
+    monkeypatch.setattr(tell, "INTERRUPT_STORE_SECONDS", 1.0)
+    monkeypatch.setattr(tell, "_gave_up", False)
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")  # another process holds the database
+    start = time.monotonic()
+    assert after_interrupt(lambda: _fail_interrupted(study, running), "resume") == "resume"
+    assert time.monotonic() - start < 5.0 and tell._gave_up
+    start = time.monotonic()
+    assert after_interrupt(lambda: 1 / 0, "again") == "again" and time.monotonic() - start < 0.5  # no second wait
+    lock.execute("ROLLBACK")  # (the abandoned write may still land now: in a real run the process has exited)
+    lock.close()
+    # a database that answers: the interruption is stored and the call's result returned
+    monkeypatch.setattr(tell, "_gave_up", False)
+    fresh = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 't.db'}"), study_name="t")
+    number = fresh.ask().number
+    assert after_interrupt(lambda: (_fail_interrupted(fresh, number), "stored")[1], "resume") == "stored"
+    assert fresh.trials[number].state.name == "FAIL" and fresh.trials[number].user_attrs["fail_kind"] == "interrupted"

@@ -29,7 +29,7 @@ from autotune.study.plan import live_runs
 from autotune.study.races import PAIR_ATTRS
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
-from autotune.study.tell import _fail_interrupted
+from autotune.study.tell import _fail_interrupted, after_interrupt
 from autotune.study.trial import TIMEOUT_ATTR, _run_one, _RunContext
 from autotune.ui import UI
 
@@ -144,7 +144,10 @@ def drain_queue(
                 leader.close()
             except Exception:  # the followers also stop when the study has nothing left to run
                 pass
-        _record_run(study, worker.run_start, ctx, cold, stage, run_id)
+        if ctx.stop.is_set():  # interrupted: bounded, as the interruption's own bookkeeping
+            after_interrupt(lambda: _record_run(study, worker.run_start, ctx, cold, stage, run_id))
+        else:
+            _record_run(study, worker.run_start, ctx, cold, stage, run_id)
     if worker.failed_baseline:
         raise _baseline_failed(study, settings, worker.failed_baseline[0])
     return len(ctx.asked)
@@ -346,12 +349,18 @@ def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budg
     had trials (or its confirmation) still to add, else a ``worker`` command while trials are queued."""
     ctx.stop.set()
     ctx.kill_running()
-    for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
-        _fail_interrupted(study, number)
-    _requeue_interrupted(study, ctx.asked)
-    if plan is not None:
-        plan.end("interrupted")
-    return Interrupted(_resume(study, settings, storage_url, plan))
+
+    def store() -> str:
+        for number in ctx.asked:  # Ctrl-C may land between taking a trial and telling it
+            _fail_interrupted(study, number)
+        _requeue_interrupted(study, ctx.asked)
+        if plan is not None:
+            plan.end("interrupted")
+        return _resume(study, settings, storage_url, plan)
+
+    # a database locked by another process must not hold the exit for minutes (the resume command is the search's own)
+    fallback = _resume_command(settings, storage_url, plan.trials, plan.flags) if plan is not None else ""
+    return Interrupted(after_interrupt(store, fallback))
 
 
 def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:

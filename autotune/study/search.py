@@ -43,7 +43,7 @@ from autotune.study.options import (
 )
 from autotune.study.plan import _Plan, _take_over, continue_line, stopped_runs
 from autotune.study.publish import _save_note, default_export_path, export_study
-from autotune.study.queue import _resume, drain_queue
+from autotune.study.queue import _resume, _resume_command, drain_queue
 from autotune.study.racing import race_candidates
 from autotune.study.records import _baseline_pending, configs_left, recommendation
 from autotune.study.settings import (
@@ -59,6 +59,7 @@ from autotune.study.settings import (
     settings_of,
 )
 from autotune.study.staged import _staged_search, _stages, screen_room
+from autotune.study.tell import after_interrupt
 from autotune.ui import UI
 
 
@@ -206,8 +207,12 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         elif confirm:
             ui.warn("--confirm is not run for --num-nodes studies yet: the recommendation is the best single run")
     except KeyboardInterrupt:  # between two drains of the queue (a drain stores its own interruption)
-        plan.end("interrupted")
-        raise Interrupted(_resume(study, settings, storage_url, plan)) from None
+
+        def store() -> str:
+            plan.end("interrupted")
+            return _resume(study, settings, storage_url, plan)
+
+        raise Interrupted(after_interrupt(store, _resume_command(settings, storage_url, plan.trials, plan.flags))) from None
     except BaseException:
         plan.end("failed")  # a failed baseline, a lost database: this run adds nothing more (workers stop)
         raise

@@ -4,7 +4,7 @@ predicted OOM, an interrupted trial."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
@@ -314,6 +314,55 @@ def _prune_predicted_oom(study, trial, reason: str, ui: UI, kind: FailKind = Fai
     frozen = study.get_trials(deepcopy=False)[trial.number]
     ui.trial_finished(frozen)
     return frozen
+
+
+#: Seconds the bookkeeping after Ctrl-C or SIGTERM waits for the study database before the process exits
+#: anyway (:func:`after_interrupt`).
+INTERRUPT_STORE_SECONDS = 15.0
+_gave_up = False  # a write after the interruption already timed out: the later ones do not wait again
+
+
+def after_interrupt(call: Callable[[], Any], fallback: Any = None) -> Any:
+    """``call()`` (a study-database call after Ctrl-C or SIGTERM), given at most :data:`INTERRUPT_STORE_SECONDS`.
+
+    A new user's Ctrl-C once hung 4 minutes on ``database is locked`` (two 120 s storage retries), then
+    exited 1 instead of 130. The call runs in a daemon thread; when it has not returned in time (or a
+    call before it in this process timed out) a warning says what was left as it was and ``fallback`` is
+    returned: a trial left RUNNING goes stale after its heartbeat grace and the next run retries it, so
+    nothing measured is lost. A call that raises is warned about and gives ``fallback`` too (the process
+    is stopping; its exit status stays the interruption's). A second Ctrl-C while it waits stops at once.
+    """
+    global _gave_up
+    import sys
+    import threading
+
+    result: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except Exception as e:
+            failed.append(e)
+
+    if not _gave_up:
+        thread = threading.Thread(target=run, name="autotune-after-interrupt", daemon=True)
+        thread.start()
+        thread.join(INTERRUPT_STORE_SECONDS)
+        if result:
+            return result[0]
+        if failed:
+            print(f"warning: could not store the interruption in the study database: {failed[0]}", file=sys.stderr, flush=True)
+            return fallback
+        _gave_up = True
+        print(
+            f"warning: the study database did not answer within {INTERRUPT_STORE_SECONDS:g} s after the interruption (locked by "
+            "another process?): exiting without storing it; a trial left RUNNING goes stale after its heartbeat grace and the "
+            "next run retries it",
+            file=sys.stderr,
+            flush=True,
+        )
+    return fallback
 
 
 def _fail_interrupted(study, number: int) -> None:

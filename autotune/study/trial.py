@@ -30,6 +30,7 @@ from autotune.study.tell import (
     _prune_predicted_oom,
     _tell,
     _tell_duplicate,
+    after_interrupt,
 )
 from autotune.ui import UI
 
@@ -172,7 +173,7 @@ def _train(
         )
         return ctx.leader.gather(launch, outcome) if launch else outcome
     except KeyboardInterrupt:
-        _fail_interrupted(study, trial.number)
+        after_interrupt(lambda: _fail_interrupted(study, trial.number))
         raise
     except AutotuneError as e:  # the warm process failed to start or answer: the trial fails, not the study
         return TrialOutcome(ok=False, fail_kind=FailKind.CRASHED, fail_reason=f"crashed: {str(e).splitlines()[0]}")
