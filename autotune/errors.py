@@ -18,6 +18,7 @@ __all__ = [
     "FailKind",
     "Interrupted",
     "ModelFileError",
+    "MonitorMissingError",
     "SpaceError",
     "StorageError",
     "StudyMismatchError",
@@ -66,6 +67,10 @@ class StudyMismatchError(UsageError):
 
 class BaselineFailedError(AutotuneError):
     """The baseline trial (the model's own config) failed, so no trial can be judged against it."""
+
+
+class MonitorMissingError(BaselineFailedError, UsageError):
+    """The baseline trial never logged the metric ``--monitor`` names (a mistyped name): bad input, exit code 2."""
 
 
 class FailKind(str, enum.Enum):

@@ -13,7 +13,7 @@ SMALL = ("--samples", 512, "--trials", 3, "--confirm", 0)
 def test_manual_optimization_without_monitor_fails_the_baseline_with_one_line_naming_the_metrics(tmp_path, cli):
     db = tmp_path / "gan.db"
     r = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--quiet")
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr  # bad input: --monitor names no metric the model logs
     reason = "the judged metric 'val_loss' was never logged, and training_step returns no loss; logged: ['d_loss', 'g_loss']; give --monitor NAME"
     assert f"  -> FAIL: {reason}\n" in r.stdout  # the trial's line, whole on one line
     assert r.stderr.startswith(f"autotune: error: the baseline trial 0 (the model's own config) failed: {reason};")

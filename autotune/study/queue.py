@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.errors import BaselineFailedError, FailKind, Interrupted
+from autotune.errors import BaselineFailedError, FailKind, Interrupted, MonitorMissingError
 from autotune.hardware import Hardware
 from autotune.jobs import SlotPools, machine_slots
 from autotune.objective import monitor_note
@@ -392,7 +392,7 @@ def _requeue_interrupted(study, numbers: Sequence[int]) -> None:
         study.enqueue_trial({**fixed_params(frozen), **frozen.params}, user_attrs={**attrs, "retry_of": number})
 
 
-def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedError:
+def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedError:  # MonitorMissingError is one
     """The error for a failed baseline (``frozen``; ``None`` when no process ever queued one)."""
     if frozen is None:
         failed = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline") and t.state.name == "FAIL"]
@@ -401,7 +401,7 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
         frozen = failed[-1]
     reason = frozen.user_attrs.get("fail_reason") or "see `autotune show`"
     if frozen.user_attrs.get("fail_kind") == FailKind.MONITOR_MISSING:
-        return BaselineFailedError(
+        return MonitorMissingError(  # a mistyped --monitor is bad input: exit code 2
             f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; run the same command with "
             "--monitor NAME, NAME one of the metrics it logged (the study takes the corrected --monitor while no trial has completed)"
         )
