@@ -502,7 +502,9 @@ def input_bound_advice(
             knobs.append(f"prefetch_factor (this config uses {prefetch})")
         if not loader.get("persistent_workers"):
             knobs.append("persistent_workers=True")
-    head = f"input-bound: {data_wait_fraction:.0%} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
+    # one decimal when the whole percent would read as the threshold itself ("10% ... (over 10%)" for 0.1028)
+    share = f"{data_wait_fraction:.0%}" if f"{data_wait_fraction:.0%}" != f"{INPUT_BOUND_FRACTION:.0%}" else f"{data_wait_fraction:.1%}"
+    head = f"input-bound: {share} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
     cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
     if not knobs:
         rest = "no other DataLoader setting is left to try" if measured or raced else "the other DataLoader settings are at theirs"

@@ -197,6 +197,8 @@ def test_input_bound_advice_names_the_knobs_to_widen():
     # persistent_workers and prefetch_factor mean nothing without workers; pin_memory nothing on a CPU
     assert "persistent_workers" not in no_workers and "prefetch_factor" not in no_workers and "pin_memory" not in no_workers
     assert "more num_workers (this config uses 0)" in input_bound_advice(0.2, {"num_workers": 0}, {}, "cpu")
+    # just over the threshold: one decimal, not "10% ... (over 10%)"
+    assert input_bound_advice(0.1028, {"num_workers": 0}, {}, "cpu").startswith("input-bound: 10.3% of each step waits for data (over 10%)")
 
 
 def test_input_bound_advice_never_suggests_what_the_config_already_has():
