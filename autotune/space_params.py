@@ -121,9 +121,10 @@ def params_of(
 
     Raises:
         SpaceError: A searched value lies outside the space, or a knob the space does not search
-            differs from the baseline's value (it could not be applied).
+            differs from the baseline's value (it could not be applied); one line naming every such value.
     """
     params: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []  # (what is wrong, the fix): every one is named, in one line
     for name in [*KNOB_TYPES, *(n for n in resolved if user_arg(n) is not None)]:
         if name == "strategy" and config.devices == 1:  # one device: the strategy is "auto", whatever the point says
             if name in resolved:
@@ -140,9 +141,11 @@ def params_of(
             if name in EXTENDED_KNOBS and value is None:
                 continue
             if value != knob_value(baseline, name):
-                raise SpaceError(
-                    f"{source}: {name} = {value!r}, but the space does not search {name} (every trial uses "
-                    f"{knob_value(baseline, name)!r}); add {name} to the space or drop it from the file"
+                problems.append(
+                    (
+                        f"{name} = {value!r}, but the space does not search {name} (every trial uses {knob_value(baseline, name)!r})",
+                        f"add {name} to the space or drop it from the file",
+                    )
                 )
             continue
         entry = resolved[name]
@@ -155,16 +158,21 @@ def params_of(
                 value = close[0] if close else value
         if "choices" in entry:
             if value not in entry["choices"]:
-                raise SpaceError(
-                    f"{source}: {key} = {value!r} is not one of the space's choices {list(entry['choices'])}; "
-                    "add it to the space or change the file"
+                problems.append(
+                    (
+                        f"{key} = {value!r} is not one of the space's choices {list(entry['choices'])}",
+                        "add it to the space or change the file",
+                    )
                 )
         elif not entry["low"] <= value <= entry["high"]:
-            raise SpaceError(
-                f"{source}: {key} = {value!r} is outside the space's range {entry['low']}..{entry['high']}; "
-                "widen the space or change the file"
+            problems.append(
+                (f"{key} = {value!r} is outside the space's range {entry['low']}..{entry['high']}", "widen the space or change the file")
             )
         params[key] = value
+    if len(problems) == 1:
+        raise SpaceError(f"{source}: {problems[0][0]}; {problems[0][1]}")
+    if problems:
+        raise SpaceError(f"{source}: " + "; ".join(f"{what} ({fix})" for what, fix in problems))
     return params
 
 

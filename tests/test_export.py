@@ -76,6 +76,12 @@ def test_an_export_reads_back_as_the_same_config_and_params():
         ({"data": {"batch_size": 48}}, "batch_size = 48 is not one of the space's choices [16, 32, 64]; add it to the space or change the file"),
         ({"trainer": {"accumulate_grad_batches": 9}}, "accumulate_grad_batches = 9 is outside the space's range 1..4; widen the space"),
         ({"data": {"num_workers": 3}}, "num_workers = 3, but the space does not search num_workers (every trial uses 0)"),
+        (  # every value outside the space is named, in one line
+            {"data": {"batch_size": 48, "num_workers": 3}, "trainer": {"accumulate_grad_batches": 9}},
+            "seed.yaml: batch_size = 48 is not one of the space's choices [16, 32, 64] (add it to the space or change the file); "
+            "accumulate_grad_batches = 9 is outside the space's range 1..4 (widen the space or change the file); "
+            "num_workers = 3, but the space does not search num_workers (every trial uses 0) (add num_workers to the space or drop it from the file)",
+        ),
         ({"data": {"batch_size": "big"}}, "batch_size must be an integer, got 'big'"),
         (["trainer"], "not a LightningCLI config"),
     ],
