@@ -477,18 +477,17 @@ def _staged_search(
             more = min(n_full - room, len(screen) - n_system) if screen is not None else 0
             n_system, n_full = n_system + more, room
     context, why = math_context(settings)
+    same_math = same_math_phrase(resolved, baseline)
     if screen is not None:  # a discrete system space: unvisited points, in a seeded random order, math-preserving first
         points = screen_order(screen, n_system, fixed, context)
         first = [(params, {"stage": "system", "screen": True}) for params in points]
         preserving = sum(context.split(system_part(p), fixed) == p for p in points)
+        lead = f"{preserving} math-preserving first: {same_math}" if preserving else f"none keeps {same_math}"  # not "0 ... first"
     else:
         first = [(dict(fixed), {"stage": "system"}) for _ in range(n_system)]
-        preserving = 0
-    same_math = same_math_phrase(resolved, baseline)
-    screens = (  # a part with no run is not listed (a 1-trial run adds only the baseline's)
-        f"{n_system} system-knob screening run(s) ({preserving} math-preserving first: {same_math}; "
-        f"{system_budget(baseline, int(settings.samples))} samples at the baseline's batch)"
-    )
+        lead = "sampled by the sampler"
+    # a part with no run is not listed (a 1-trial run adds only the baseline's)
+    screens = f"{n_system} system-knob screening run(s) ({lead}; {system_budget(baseline, int(settings.samples))} samples at the baseline's batch)"
     fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs with the lr following the effective batch ({context.rule}: {why})"
     ui.info(
         "staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's")
