@@ -404,13 +404,14 @@ class ConsoleUI:
             self.warn(line)
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
-        from autotune.study import confirmation, confirmed_speed, oom_frontier
+        from autotune.study import BASELINE_ATTR, confirmation, confirmed_speed, oom_frontier
 
         every = study.get_trials(deepcopy=False)  # one read for every line below (a server database: one round trip)
         rows = trial_rows(study, recommended.number if recommended else None, trials=every)
         complete = sorted((r for r in rows if r["state"] == "COMPLETE"), key=sort_key(settings.objective))
         # the recommended trial and the baseline always, below the ten best (as `autotune show` keeps them)
-        keep = {t.number for t in (recommended, baseline) if t is not None}
+        keep = {t.number for t in (recommended, baseline) if t is not None}  # (baseline: its median paired run, when raced)
+        keep.add((study.user_attrs.get(BASELINE_ATTR) or {}).get("trial"))  # and the baseline trial itself
         shown = complete[:10] + [r for r in complete[10:] if r["number"] in keep]
         title = f"study {settings.study_name}: best complete trials ({settings.objective})"
         if len(shown) > 10:

@@ -323,6 +323,16 @@ def test_the_summary_table_keeps_the_recommended_trial_and_the_baseline_below_th
     text = out.getvalue()
     numbers = [int(line.split("│")[1]) for line in text.splitlines() if line.count("│") > 3 and line.split("│")[1].strip().isdigit()]
     assert len(numbers) == 12 and {0, chosen.number} <= set(numbers) and "then the recommended trial and the baseline" in text
+    # raced: the recommendation's baseline is its median paired run; the baseline trial itself is kept too
+    (pair,) = race(study, chosen.number, [100.0], [150.0], samples=1024)
+    recommended, baseline = recommendation(study, settings)
+    assert baseline.number == pair[0].number
+    out = io.StringIO()
+    ui.console = Console(file=out, width=250)
+    ui.summary(study, settings, recommended, baseline, None)
+    text = out.getvalue()
+    numbers = [int(line.split("│")[1]) for line in text.splitlines() if line.count("│") > 3 and line.split("│")[1].strip().isdigit()]
+    assert {0, pair[0].number, recommended.number} <= set(numbers)
 
 
 def test_a_paired_run_shorter_than_the_search_s_says_how_many_samples_it_trained():

@@ -224,7 +224,7 @@ def _race(
 
 
 #: What a timed race's reason adds (:func:`judge_race`).
-TIMED = "in seconds to the baseline's training loss: the candidate changes the training math"
+TIMED = "in seconds to the baseline's training loss: the two configs' training math differs"
 
 
 def judge_race(
