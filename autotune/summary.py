@@ -63,8 +63,9 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
     """
     if confirmed is None:
         return []
-    samples = confirmed.samples
     if confirmed.won:
+        lengths = sorted({r.samples for r in confirmed.won})  # a race lengthened to --samples trains more
+        samples = f"{lengths[0]}" if len(lengths) == 1 else f"{lengths[0]} to {lengths[-1]}"
         lines = [
             f"confirmed: the config of trial {confirmed.chosen} is "
             f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective)} ({samples} samples per run)"
@@ -81,7 +82,8 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         else:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
         figure = f", {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, versus)}" if v.pairs else f" vs {versus}"
-        lines.append(f"race: trial {race.candidate}'s config{figure}: {how}")
+        longer = f" ({race.samples} samples per run)" if race.samples != confirmed.samples else ""
+        lines.append(f"race: trial {race.candidate}'s config{figure}{longer}: {how}")
     return lines
 
 

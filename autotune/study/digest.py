@@ -36,6 +36,7 @@ DIGEST_KEYS = frozenset(
         "config",
         "confirm_of",
         "confirm_samples",
+        "confirm_budget",
         "incumbent",
         "pair_cap",
         "pair_index",

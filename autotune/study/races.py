@@ -5,10 +5,13 @@ Every paired run is an ordinary trial with these user attributes:
 - ``confirm_of``: the search trial whose config it runs; ``confirm_samples``: its training samples;
 - ``pair_of``: the candidate's search trial (which race); ``incumbent``: the incumbent's search trial;
 - ``pair_index``: the pair's place in the race (0, 1, ...); ``pair_cap``: the race's most pairs;
+- ``confirm_budget`` (only when it differs from ``confirm_samples``): the confirmation's samples per
+  run that the race belongs to, when its own runs train more: a confirmation shortened for a race of
+  the baseline's math runs a later race of other math at ``--samples`` (its loss is judged there);
 - ``stop_at_target`` (a race judged on the seconds to the study's loss target,
   :func:`autotune.study.racing.stop_target`): the loss the run stops at; ``stopped_at_target``: it did.
 
-A race is keyed by ``(incumbent, pair_of, confirm_samples)``: re-reading the same stored runs gives
+A race is keyed by ``(incumbent, pair_of, confirm_budget or confirm_samples)``: re-reading the same stored runs gives
 the same verdict, so a resumed search continues a race from its stored pairs and a finished race is
 never run again. The chain of races starts at the baseline; a won race makes its candidate the
 incumbent of the next.
@@ -26,10 +29,15 @@ from autotune.objective import directions
 from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss
 from autotune.study.settings import StudySettings
 
-__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "confirmation_of", "judge_race", "objective_value", "races_of"]
+__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "budget_of", "confirmation_of", "judge_race", "objective_value", "races_of"]
 
 #: User attributes of a paired run besides ``confirm_of`` and ``confirm_samples`` (kept on a retry).
-PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap")
+PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap", "confirm_budget")
+
+
+def budget_of(attrs: Any) -> int:
+    """The confirmation budget a paired run belongs to (its ``confirm_budget``, else its ``confirm_samples``)."""
+    return int(attrs.get("confirm_budget") or attrs["confirm_samples"])
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,8 @@ class Confirmation:
         won: The chain of won races from the baseline (each against the previous winner).
         baseline: The baseline's search trial.
         chosen: The recommended config's search trial (``baseline`` when no race was won).
-        samples: Training samples per paired run.
+        samples: The confirmation's training samples per paired run (a race lengthened to ``--samples``
+            trains more: its :attr:`Race.samples`).
         ratio, low, high: How many times better the chosen config is than the baseline, and its 90%
             interval (:func:`autotune.paired.chain`; 1.0 each when nothing won).
         pairs: Paired runs behind ``ratio`` (0 when nothing won).
@@ -121,17 +130,18 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
     by_key: dict[tuple[int, int, int], dict[tuple[int, str], list]] = {}
     for t in trials:
         attrs = t.user_attrs
-        if "pair_of" not in attrs or (samples is not None and attrs.get("confirm_samples") != samples):
+        if "pair_of" not in attrs or (samples is not None and budget_of(attrs) != samples):
             continue
-        key = (int(attrs["incumbent"]), int(attrs["pair_of"]), int(attrs["confirm_samples"]))
+        key = (int(attrs["incumbent"]), int(attrs["pair_of"]), budget_of(attrs))
         role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
         by_key.setdefault(key, {}).setdefault((int(attrs["pair_index"]), role), []).append(t)
     races = []
     by_number = {t.number: t for t in trials} if by_key else {}
-    for (incumbent, candidate, budget), runs in by_key.items():
+    for (incumbent, candidate, _), runs in by_key.items():
         cap = max(int(t.user_attrs.get("pair_cap") or MAX_PAIRS) for mine in runs.values() for t in mine)
-        searched = tuple(_search_run(by_number.get(n), budget, settings) for n in (incumbent, candidate))
-        races.append(_race(incumbent, candidate, budget, cap, runs, maximize, settings, searched))
+        trained = int(next(iter(runs.values()))[0].user_attrs["confirm_samples"])  # the race's runs' own samples
+        searched = tuple(_search_run(by_number.get(n), trained, settings) for n in (incumbent, candidate))
+        races.append(_race(incumbent, candidate, trained, cap, runs, maximize, settings, searched))
     return races
 
 
@@ -302,7 +312,7 @@ def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: in
     paired = [t for t in trials if "pair_of" in t.user_attrs]
     if not paired:
         return None
-    samples = int(paired[-1].user_attrs["confirm_samples"])
+    samples = budget_of(paired[-1].user_attrs)
     races = races_of(trials, settings, samples)
     won, incumbent = [], baseline
     for race in races:
@@ -311,7 +321,10 @@ def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: in
             incumbent = race.candidate
     ratio, low, high, pairs = chain([r.verdict for r in won])
     by_number = {t.number: t for t in trials}
-    first = next((r for r in races if r.incumbent == baseline and r.pairs), None)
+    # the baseline's runs as long as the chosen config's (a race lengthened to --samples has the baseline's
+    # search trial for that: None, and the recommendation takes it)
+    length = won[-1].samples if won else samples
+    first = next((r for r in races if r.incumbent == baseline and r.pairs and r.samples == length), None)
     chosen_run = _median_run(won[-1], "candidate", by_number, settings.objective) if won else None
     base_run = _median_run(first, "incumbent", by_number, settings.objective) if first else None
     return Confirmation(tuple(races), tuple(won), baseline, incumbent, samples, ratio, low, high, pairs, chosen_run, base_run)

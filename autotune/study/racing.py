@@ -33,7 +33,7 @@ from typing import Any
 from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
-from autotune.study.races import Race, races_of
+from autotune.study.races import Race, budget_of, races_of
 from autotune.study.records import UNRACED_ATTR, _budget, confirm_candidates
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
@@ -105,7 +105,7 @@ def confirm_samples(
 
     Never fewer than ``samples`` (but see :func:`short_samples`: a first candidate of the baseline's
     math whose :data:`autotune.paired.MIN_PAIRS` full-length pairs do not fit the budget races on
-    shorter runs, and no candidate of other math is raced then): a race judges the loss (and the time to the baseline's loss) too, and a
+    shorter runs, and a later race of other math runs at ``--samples``, :func:`race_candidates`): a race judges the loss (and the time to the baseline's loss) too, and a
     shorter run asks another question than the search trial that found the candidate feasible: a larger
     batch at a larger lr, or a schedule set from the run's length (OneCycleLR), is often behind at half
     the budget and ahead at the full one (bn_cnn's batch 128 at 4.5x the lr: val_loss 0.16 against the
@@ -114,7 +114,7 @@ def confirm_samples(
     """
     if given:
         return given, "--confirm-samples"
-    stored = [t.user_attrs["confirm_samples"] for t in study.get_trials(deepcopy=False) if "pair_of" in t.user_attrs]
+    stored = [budget_of(t.user_attrs) for t in study.get_trials(deepcopy=False) if "pair_of" in t.user_attrs]
     if stored:
         return int(stored[-1]), "the study's stored races"
     _, spent, allowed = confirm_budget(study, share, outside)
@@ -284,16 +284,20 @@ def race_candidates(
         for candidate in candidates:
             first = not started_any and incumbent.number == base.number  # the race that can find any speed-up at all
             started_any = True
-            if not given and samples < short_samples(settings, candidate, incumbent):  # shortened for a same-math race
-                ui.info(
-                    f"race: trial {candidate.number}'s config changes the training math: its race needs runs of {settings.samples} "
-                    f"samples (its loss is judged at the search's budget), not this confirmation's {samples}: not raced"
-                )
-                continue
+            length = samples
+            if not given and samples < short_samples(settings, candidate, incumbent):
+                # shortened for a same-math race: a race of other math runs at --samples, where its loss is judged
+                length = max(1, settings.samples)
             race, done = _run_race(
-                study, settings, ui, incumbent, candidate, samples, cap, (share, outside), pools, storage_url, run_id, plan, first
+                study, settings, ui, incumbent, candidate, (samples, length), cap, (share, outside), pools, storage_url, run_id, plan, first
             )
             ran += done
+            if race.stopped and not race.pairs and length != samples:  # a shorter race after it may still fit
+                ui.info(
+                    f"race: trial {candidate.number}'s config changes the training math: the pairs of {length}-sample runs its race "
+                    f"needs (its loss is judged at the search's budget) would take confirmation past its budget ({allowed:.0f} s): not raced"
+                )
+                continue
             if race.stopped and not race.pairs and first:
                 study.set_user_attr(UNRACED_ATTR, samples)
                 ui.info(
@@ -311,8 +315,9 @@ def race_candidates(
                 break
             v = race.verdict
             figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, versus) if v.pairs else f"vs {versus}"
+            longer = f" ({length} samples per run)" if length != samples else ""
             ui.info(
-                f"race: trial {candidate.number}'s config, {figure}: {v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
+                f"race: trial {candidate.number}'s config, {figure}{longer}: {v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
             )
             if v.outcome == "win":
                 incumbent = candidate
@@ -348,23 +353,27 @@ def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[
     return (base if current == base.number else every[current]), settled
 
 
-def _current(study, settings: StudySettings, incumbent: int, candidate: int, samples: int, cap: int) -> Race:
-    """The race ``incumbent`` vs ``candidate`` at ``samples`` as stored (an empty one when none is)."""
+def _current(study, settings: StudySettings, incumbent: int, candidate: int, samples: int, cap: int, length: int | None = None) -> Race:
+    """The race ``incumbent`` vs ``candidate`` of the confirmation budget ``samples`` as stored (an empty
+    one of runs of ``length`` samples, default ``samples``, when none is)."""
     for race in races_of(study.get_trials(deepcopy=False), settings, samples):
         if (race.incumbent, race.candidate) == (incumbent, candidate):
             return race
     from autotune.paired import judge
 
-    return Race(incumbent, candidate, samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
+    return Race(incumbent, candidate, length or samples, cap, (), judge([], True, 0.0, max_pairs=max(cap, 3)))
 
 
 def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, pools, storage_url, run_id, plan, first) -> tuple[Race, int]:
     """Queue and run pairs of one race until it is decided or the budget (``(share, outside seconds)``)
-    stops it (``first``: the first race, see :func:`_over_budget`). Returns ``(race, runs this process ran)``."""
+    stops it (``first``: the first race, see :func:`_over_budget`); ``samples``: ``(the confirmation's
+    samples per run, this race's)``, more for a race of other math in a shortened confirmation. Returns
+    ``(race, runs this process ran)``."""
     ran, last = 0, None
+    samples, length = samples
     stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
     while True:
-        race = _current(study, settings, incumbent.number, candidate.number, samples, cap)
+        race = _current(study, settings, incumbent.number, candidate.number, samples, cap, length)
         if race.verdict.decided:
             return race, ran
         if not race.pending and not race.missing:
@@ -382,7 +391,7 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
             config = candidate if role == "candidate" else incumbent
             attrs = {
                 "confirm_of": config.number,
-                "confirm_samples": samples,
+                "confirm_samples": length,
                 "pair_of": candidate.number,
                 "pair_index": index,
                 "incumbent": incumbent.number,
@@ -390,6 +399,8 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
             }
             if stop is not None:
                 attrs["stop_at_target"] = stop
+            if length != samples:  # the race belongs to the confirmation at `samples` (autotune.study.races)
+                attrs["confirm_budget"] = samples
             study.enqueue_trial(dict(config.params), user_attrs=attrs)
         ui.stage(f"pair {race.next_index if not race.missing else race.missing[0][0]}: trial {candidate.number}'s config", len(wanted))
         ran += drain_queue(

@@ -313,7 +313,7 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         "high": confirmed.high,
         "pairs": confirmed.pairs,
         "baseline_trial": confirmed.baseline,
-        "samples": confirmed.samples,
+        "samples": confirmed.won[-1].samples if confirmed.won else confirmed.samples,
         "won": bool(confirmed.won),
         "timed": any(TIMED in (r.verdict.reason or "") for r in confirmed.won),
     }

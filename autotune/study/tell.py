@@ -260,6 +260,7 @@ _NOT_COPIED = {
     "trial_samples",
     "confirm_of",
     "confirm_samples",
+    "confirm_budget",
     "pair_of",
     "pair_index",
     "incumbent",

@@ -141,7 +141,8 @@ def test_a_resumed_confirmation_races_a_new_candidate_against_the_chain_s_winner
     new = add(study, 500.0, num_workers=3)  # the resumed search's find
     raced, messages = [], []
 
-    def run_race(study, settings, ui, incumbent, candidate, samples, *rest):
+    def run_race(study, settings, ui, incumbent, candidate, lengths, *rest):
+        samples, _ = lengths  # (the confirmation's samples per run, this race's)
         raced.append((incumbent.number, candidate.number))
         race(study, candidate.number, [300.0, 301.0, 299.0], [500.0, 510.0, 505.0], incumbent=incumbent.number, samples=samples)
         return racing._current(study, settings, incumbent.number, candidate.number, samples, 6), 6
@@ -186,3 +187,54 @@ def test_a_short_paired_run_is_smoothed_over_the_window_the_target_was_set_with(
     _judge(study, trial, attrs, measured, settings, False)
     assert attrs["target_reached"] is False and attrs["loss_target"] == 1.0
     assert attrs["time_to_target"] is None or attrs["time_to_target"] > 512 / 100.0  # not on the dip: never, or extrapolated past the run
+
+
+def test_a_shortened_confirmation_races_a_later_config_of_other_math_at_the_search_s_samples(monkeypatch):
+    """A new user's resumed search: the winner had been confirmed on shortened (same-math) 1,024-sample runs,
+    and every later candidate of other math was "not raced" for good (its race needs --samples runs). It
+    now races at --samples, as part of the same confirmation (confirm_budget), against the chain's winner."""
+    import optuna
+
+    from autotune.study import racing
+    from autotune.study.records import confirmation, recommendation
+    from autotune.summary import confirmation_lines
+
+    settings = make_settings(samples=2048)
+    study = make_study(samples=2048)
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 10000.0}])
+    add(study, 100.0, baseline=True)
+    same = add(study, 300.0, num_workers=2)
+    other = add(study, 600.0, batch_size=64, lr=0.1)
+    race(study, same.number, [100.0, 101.0, 99.0], [300.0, 302.0, 298.0], samples=1024)  # shortened: the baseline's math
+    speeds = {same.number: (300.0, 3.0), other.number: (600.0, 1.0)}  # samples/s, seconds to the loss target
+    queued = []
+
+    def drain(study, *args, **kwargs):
+        ran = 0
+        while study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            trial = study.ask()
+            queued.append(dict(trial.user_attrs))
+            of = study.get_trials(deepcopy=False)[trial.user_attrs["confirm_of"]]
+            sps, reach = speeds[of.number]
+            for key, value in {"config": of.user_attrs["config"], "samples_per_sec": sps, "loss": 1.0, "time_to_target": reach}.items():
+                trial.set_user_attr(key, value)
+            study.tell(trial, [sps])
+            ran += 1
+        return ran
+
+    class Quiet:
+        def info(self, message):
+            pass
+
+        def stage(self, message, trials):
+            pass
+
+    monkeypatch.setattr(racing, "drain_queue", drain)
+    pools = type("Pools", (), {"cold": True})()
+    ran = racing.race_candidates(study, settings, Quiet(), 3, 6, None, 0.2, cold=True, storage_url="", pools=pools)
+    assert ran >= 2 and {(q["confirm_samples"], q.get("confirm_budget"), q["incumbent"]) for q in queued} == {(2048, 1024, same.number)}
+    confirmed = confirmation(study, settings)
+    assert [r.candidate for r in confirmed.won] == [same.number, other.number] and confirmed.samples == 1024
+    assert "(1024 to 2048 samples per run)" in confirmation_lines(confirmed, "throughput")[0]
+    recommended, baseline = recommendation(study, settings)
+    assert recommended.user_attrs["confirm_of"] == other.number and baseline.number == 0  # the baseline's own 2,048-sample run
