@@ -256,6 +256,7 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
     alone, raced against it (its search trial as the incumbent) and not won (see :func:`input_bound_line`)."""
     if not any("pair_of" in t.user_attrs for t in trials):
         return {}
+    from autotune.paired import MIN_EFFECT
     from autotune.study.races import races_of
 
     by_number = {t.number: t for t in trials}
@@ -270,7 +271,10 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
         theirs = candidate.user_attrs.get("config") or {}
         if _without_workers(theirs) != _without_workers(config):
             continue
-        out[int(theirs.get("num_workers") or 0)] = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, "this config")
+        figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, "this config")
+        if not v.decided and v.ratio > 1 + MIN_EFFECT:  # ahead when the budget stopped it: not shown slower either
+            figure += ", undecided: the confirmation budget stopped its race (--confirm-share 0.3 gives it room)"
+        out[int(theirs.get("num_workers") or 0)] = figure
     return out
 
 

@@ -360,3 +360,18 @@ def test_input_bound_line_does_not_suggest_workers_a_paired_race_did_not_show_fa
     race(won, fast.number, [700.0, 710.0, 690.0, 705.0], [3000.0, 2900.0, 3100.0, 2950.0], samples=1024)
     trials = won.get_trials(deepcopy=False)
     assert "widen: num_workers (this config uses 0; 2 measured 3,003 samples/s" in input_bound_line(trials[0], settings, trials)
+
+
+def test_input_bound_line_says_a_race_of_other_workers_that_was_ahead_was_stopped_undecided():
+    from autotune.summary import input_bound_line
+    from tests.study.helpers import add, make_settings, make_study, race
+
+    space = {"num_workers": {"low": 0, "high": 2}}
+    study = make_study(space=space)
+    add(study, 711.0, baseline=True, attrs={"data_wait_fraction": 0.5})
+    fast = add(study, 1200.0, num_workers=2, attrs={"data_wait_fraction": 0.05, "trial_samples": 256})
+    race(study, fast.number, [700.0], [1150.0], samples=512)  # one pair, 1.64x, then the budget stopped it
+    settings = make_settings(space=space)
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "(2: 1.64x faster" in line and "undecided: the confirmation budget stopped its race (--confirm-share 0.3" in line, line
