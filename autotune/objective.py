@@ -446,7 +446,7 @@ def input_bound_advice(
         samples_per_sec: The config's own samples/s (global, > 0) at the same budget, to compare
             with ``other_workers``; ``None`` when unknown (``other_workers`` is then not used).
         raced: Each ``num_workers`` raced against the config in paired runs and not shown faster, to
-            the race's figure (``"1.00x as fast [0.91x, 1.10x] over 2 paired run(s) vs ..."``);
+            the race's figure (``"1.00x as fast [0.91x, 1.10x] over 2 pair(s) of runs vs ..."``);
             ``None`` or empty when none was.
 
     Returns:

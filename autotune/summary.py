@@ -40,7 +40,7 @@ _AS = {"time-to-quality": "as fast to the target", "goodput": "the goodput"}
 
 
 def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str, versus: str = "the baseline") -> str:
-    """``"1.62x faster [1.41x, 1.86x] over 4 paired runs vs the baseline"``.
+    """``"1.62x faster [1.41x, 1.86x] over 4 pair(s) of runs vs the baseline"`` (4 pairs: 8 runs).
 
     Args:
         ratio, low, high: The ratio (> 1: better) and its 90% interval (:mod:`autotune.paired`).
@@ -50,7 +50,7 @@ def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str
     """
     interval = f" [{low:.2f}x, {high:.2f}x]" if math.isfinite(low) and math.isfinite(high) else ""
     word = _BETTER.get(objective, "faster") if ratio >= 1 else _AS.get(objective, "as fast")
-    return f"{ratio:.2f}x {word}{interval} over {pairs} paired run(s) vs {versus}"
+    return f"{ratio:.2f}x {word}{interval} over {pairs} pair(s) of runs vs {versus}"
 
 
 def confirmation_lines(confirmed: Any, objective: str) -> list[str]:

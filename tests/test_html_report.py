@@ -124,9 +124,9 @@ def test_the_baseline_and_the_recommendation_are_named_as_the_summary_names_them
     page = tmp_path / "r.html"
     write_report(study, settings, page, recommended, baseline)
     text = page.read_text()
-    # the terminal summary's words: "recommended: trial R (the config of trial C, confirmed): 3.03x faster [...] over 3 paired run(s)"
+    # the terminal summary's words: "recommended: trial R (the config of trial C, confirmed): 3.03x faster [...] over 3 pair(s) of runs"
     assert f"Recommended: trial {recommended.number} (the config of trial {of}, confirmed): 3.03x faster [" in text
-    assert f"over 3 paired run(s) vs the baseline (trial 0; its median paired run {baseline.number})" in text
+    assert f"over 3 pair(s) of runs vs the baseline (trial 0; its median paired run {baseline.number})" in text
     assert f"(trial {baseline.number}" not in text.split("<h2")[0]
     # without confirmation runs the baseline is trial 0 itself
     figs, recommended, baseline = figures(staged_study(confirmed=False))

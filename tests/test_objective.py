@@ -352,7 +352,7 @@ def test_input_bound_line_does_not_suggest_workers_a_paired_race_did_not_show_fa
     line = input_bound_line(trials[0], settings, trials)
     assert "widen: num_workers" not in line and "3,003" not in line, line
     assert "other num_workers were raced against this config in paired runs and not shown faster (2: 1.00x" in line
-    assert "over 2 paired run(s) vs this config)" in line
+    assert "over 2 pair(s) of runs vs this config)" in line
     # a race the candidate won says nothing against it: the measured figure speaks again
     won = make_study(space=space)
     add(won, 711.0, baseline=True, attrs={"data_wait_fraction": 0.5})

@@ -188,7 +188,7 @@ def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median
     rows = _shown(out)
     assert {0, pairs[2][0].number, pairs[2][1].number} <= set(rows) and len(rows) == 5  # the median runs: 100 and 435
     assert re.search(rf"^│\s*{pairs[2][1].number} │.*recommended", out, re.M)
-    assert "4.35x faster [" in out and "over 3 paired run(s) vs the baseline" in out
+    assert "4.35x faster [" in out and "over 3 pair(s) of runs vs the baseline" in out
     assert (
         "5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best complete by samples/s)"
     ) in out

@@ -85,7 +85,7 @@ def test_the_tuner_s_speedup_comes_from_the_header_s_measured_line_else_from_the
     header = ("# study: d, trial 4 of 8\n# measured: median 3,702 samples/s ... vs the baseline's median 2,000 samples/s: speedup 1.85x\n"
               "# time to the baseline's training loss (1.4): 0.5 s vs 0.9 s for the baseline = 1.80x faster")
     assert zoo.tuner_speedup(header, []) == (1.85, "export header")
-    paired = "# measured: the config of trial 7 is 1.62x faster [1.41x, 1.86x] over 4 paired run(s) vs the baseline"
+    paired = "# measured: the config of trial 7 is 1.62x faster [1.41x, 1.86x] over 4 pair(s) of runs vs the baseline"
     assert zoo.tuner_speedup(paired, []) == (1.62, "export header")
     assert zoo.tuner_speedup("# measured: 1.00x: no candidate was shown at least 5% better", []) == (1.0, "export header")
     rows = [{"number": 0, "samples_per_sec": 100.0, "note": "baseline", "user_attrs": {"baseline": True}},

@@ -97,7 +97,7 @@ def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead(
     )
     race(study, cand.number, [100.0], [150.0])  # one pair, 1.5x, and the budget stopped the race
     (line, *races) = confirmation_lines(confirmation(study, settings), "throughput")
-    assert line.startswith(f"not confirmed: trial {cand.number}'s config was 1.50x faster over 1 paired run(s) vs the baseline")
+    assert line.startswith(f"not confirmed: trial {cand.number}'s config was 1.50x faster over 1 pair(s) of runs vs the baseline")
     assert "--confirm-share 0.3" in line and "stopped before a decision" in races[0]
     decided = make_study()
     add(decided, 100.0, baseline=True)
