@@ -106,6 +106,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                         else f" ({int(attrs['confirm_samples']):,} samples)"
                     )
             note = (f"confirms #{attrs['confirm_of']}{pair} " + note).strip()
+        if attrs.get("stopped_at_target") and attrs.get("samples_seen"):  # its loss is a shorter run's
+            note = f"{note} stopped at the loss target ({int(attrs['samples_seen']):,} samples)".strip()
         if "duplicate_of" in attrs:
             note = f"duplicate of #{attrs['duplicate_of']} (not run) " + note
         if attrs.get("stage") == "system" and attrs.get("feasible") is None and "trial_samples" in attrs:

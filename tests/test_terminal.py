@@ -344,3 +344,21 @@ def test_a_paired_run_shorter_than_the_search_s_says_how_many_samples_it_trained
     notes = [r["note"] for r in trial_rows(study) if "confirms" in r["note"]]
     assert notes[:2] == [f"confirms #0 (pair 0 of #{cand.number}, 512 samples)", f"confirms #{cand.number} (pair 0 of #{cand.number}, 512 samples)"]
     assert notes[-1] == f"confirms #{cand.number} (pair 0 of #{cand.number})"  # as long as the search's runs: no label
+
+
+def test_a_paired_run_stopped_at_the_loss_target_says_how_many_samples_its_loss_is_from():
+    from types import SimpleNamespace
+
+    from autotune.study.publish import _trained
+
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    cand = add(study, 300.0, 1.0, batch_size=64, lr=0.1)
+    attrs = {"confirm_of": cand.number, "confirm_samples": 1024, "pair_of": cand.number, "pair_index": 0, "incumbent": 0,
+             "pair_cap": 6, "stopped_at_target": True, "samples_seen": 1533}
+    stopped = add(study, 310.0, 1.3, attrs=attrs, batch_size=64, lr=0.1)
+    (row,) = [r for r in trial_rows(study) if r["number"] == stopped.number]
+    assert "stopped at the loss target (1,533 samples)" in row["note"]
+    settings = make_settings()
+    assert _trained(stopped, settings) == "1533 training samples (its paired run stopped at the baseline's training loss)"
+    assert _trained(SimpleNamespace(user_attrs={}), settings) == "1024 training samples"

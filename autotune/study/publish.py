@@ -111,7 +111,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         "autotune recommendation (LightningCLI config)",
         f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",
         measured,
-        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} ({tolerance_phrase(trial, settings)}), after {_budget(trial.user_attrs, settings)} training samples",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} ({tolerance_phrase(trial, settings)}), after {_trained(trial, settings)}",
         *confirmation_lines(confirmation(study, settings, every), settings.objective),
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
@@ -129,6 +129,14 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     check_out_path(out)
     write_private(out, render_yaml(doc, header, notes))
     return out
+
+
+def _trained(trial, settings) -> str:
+    """``"2048 training samples"``, or for a paired run stopped at the loss target (:func:`autotune.study.racing.stop_target`)
+    the samples it trained before it stopped: its loss is that of a shorter run than its budget."""
+    if trial.user_attrs.get("stopped_at_target") and trial.user_attrs.get("samples_seen"):
+        return f"{int(trial.user_attrs['samples_seen'])} training samples (its paired run stopped at the baseline's training loss)"
+    return f"{_budget(trial.user_attrs, settings)} training samples"
 
 
 def _cores_note(trial, settings) -> str:
