@@ -49,7 +49,8 @@ def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str
         versus: What the ratio is over.
     """
     interval = f" [{low:.2f}x, {high:.2f}x]" if math.isfinite(low) and math.isfinite(high) else ""
-    word = _BETTER.get(objective, "faster") if ratio >= 1 else _AS.get(objective, "as fast")
+    # "1.00x as fast", not "1.00x faster", for a ratio that rounds to 1
+    word = _BETTER.get(objective, "faster") if round(ratio, 2) > 1 else _AS.get(objective, "as fast")
     return f"{ratio:.2f}x {word}{interval} over {pairs} pair(s) of runs vs {versus}"
 
 

@@ -362,3 +362,11 @@ def test_a_paired_run_stopped_at_the_loss_target_says_how_many_samples_its_loss_
     settings = make_settings()
     assert _trained(stopped, settings) == "1533 training samples (its paired run stopped at the baseline's training loss)"
     assert _trained(SimpleNamespace(user_attrs={}), settings) == "1024 training samples"
+
+
+def test_a_paired_ratio_that_rounds_to_one_reads_as_fast_not_faster():
+    from autotune.summary import ratio_text
+
+    assert ratio_text(1.003, 0.99, 1.01, 2, "throughput").startswith("1.00x as fast [0.99x, 1.01x] over 2 pair(s) of runs")
+    assert ratio_text(1.02, 0.99, 1.05, 2, "throughput").startswith("1.02x faster")
+    assert ratio_text(0.94, 0.89, 0.99, 2, "throughput").startswith("0.94x as fast")
