@@ -29,7 +29,7 @@ from autotune.objective import directions
 from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss
 from autotune.study.settings import StudySettings
 
-__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "budget_of", "confirmation_of", "judge_race", "objective_value", "races_of"]
+__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "budget_of", "confirmation_of", "judge_race", "objective_value", "races_of", "won_chain"]
 
 #: User attributes of a paired run besides ``confirm_of`` and ``confirm_samples`` (kept on a retry).
 PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap", "confirm_budget")
@@ -298,6 +298,16 @@ def _reach(trial: Any) -> float:
     return math.inf if seconds is None else float(seconds)
 
 
+def won_chain(races: Sequence[Race], baseline: int) -> list[Race]:
+    """The chain of won races from the ``baseline`` (search trial number), each against the previous
+    winner, in the order the races started; empty when none was won."""
+    won: list[Race] = []
+    for race in races:
+        if race.incumbent == (won[-1].candidate if won else baseline) and race.verdict.outcome == "win":
+            won.append(race)
+    return won
+
+
 def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: int) -> Confirmation | None:
     """The study's confirmation at its latest confirmation budget (the budget of its last paired run).
 
@@ -314,11 +324,8 @@ def confirmation_of(trials: Sequence[Any], settings: StudySettings, baseline: in
         return None
     samples = budget_of(paired[-1].user_attrs)
     races = races_of(trials, settings, samples)
-    won, incumbent = [], baseline
-    for race in races:
-        if race.incumbent == incumbent and race.verdict.outcome == "win":
-            won.append(race)
-            incumbent = race.candidate
+    won = won_chain(races, baseline)
+    incumbent = won[-1].candidate if won else baseline
     ratio, low, high, pairs = chain([r.verdict for r in won])
     by_number = {t.number: t for t in trials}
     # the baseline's runs as long as the chosen config's (a race lengthened to --samples has the baseline's

@@ -33,7 +33,7 @@ from typing import Any
 from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
-from autotune.study.races import Race, budget_of, races_of
+from autotune.study.races import Race, budget_of, races_of, won_chain
 from autotune.study.records import UNRACED_ATTR, _budget, confirm_candidates
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import ratio_text
@@ -334,8 +334,8 @@ def race_candidates(
 def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[Any, set[int]]:
     """Where the stored chain of races at ``samples`` stands: ``(incumbent, settled)``.
 
-    The incumbent is the last winner of the chain from the baseline (:func:`autotune.study.races.confirmation_of`
-    reads the chain the same way), ``base`` when none won; ``settled`` holds the search trials a resumed
+    The incumbent is the last winner of the chain from the baseline (:func:`autotune.study.races.won_chain`,
+    which the recommendation reads too), ``base`` when none won; ``settled`` holds the search trials a resumed
     confirmation does not race again: the chain's configs, and every candidate whose race against one of
     them was decided other than a win (one that lost to the baseline is not raced again against a winner
     faster than it). A
@@ -343,13 +343,10 @@ def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[
     the baseline, its win could not extend the chain, and the summary would recommend the older winner.
     """
     every = study.get_trials(deepcopy=False)
-    chain, current = {base.number}, base.number
     races = races_of(every, settings, samples)
-    for race in races:
-        if race.incumbent == current and race.verdict.outcome == "win":
-            current = race.candidate
-            chain.add(current)
-    settled = set(chain) | {r.candidate for r in races if r.incumbent in chain and r.verdict.decided and r.verdict.outcome != "win"}
+    won = won_chain(races, base.number)
+    chain, current = {base.number, *(r.candidate for r in won)}, (won[-1].candidate if won else base.number)
+    settled = chain | {r.candidate for r in races if r.incumbent in chain and r.verdict.decided and r.verdict.outcome != "win"}
     return (base if current == base.number else every[current]), settled
 
 
