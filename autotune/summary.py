@@ -90,20 +90,28 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
 
 def _unconfirmed_line(confirmed: Any, objective: str) -> str:
     """The outcome line of a confirmation that chose the baseline: whether no candidate was raced (the
-    budget had no room for a pair), a race was stopped by the budget before a decision with its
-    candidate ahead (a speed-up perhaps left unproven: what makes room), or every race was decided."""
+    budget had no room for a pair), a race was stopped by the budget before a decision (its candidate
+    ahead: a speed-up perhaps left unproven, and what makes room; or behind), or every race was decided
+    ("confirmed")."""
     room = "a longer search (--trials) or --confirm-share 0.3 makes room"
     if not confirmed.races:
         return (
             "not confirmed: a pair of runs of the best candidate and the baseline would take confirmation past its budget, "
             f"so no race ran: the baseline is recommended (1.00x); {room}"
         )
-    ahead = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs and r.verdict.ratio > 1]
-    if ahead and confirmed.races[0] in ahead:
+    stopped = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs]
+    ahead = [r for r in stopped if r.verdict.ratio > 1]
+    if ahead:
         v = ahead[0].verdict
         return (
             f"not confirmed: trial {ahead[0].candidate}'s config was {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}, "
             f"but the confirmation budget stopped its race before a decision: the baseline is recommended (1.00x); {room}"
+        )
+    if stopped:  # behind when stopped: no speed-up in sight, but not shown slower either
+        v = stopped[0].verdict
+        return (
+            f"not confirmed: the confirmation budget stopped trial {stopped[0].candidate}'s race before a decision, "
+            f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}: the baseline is recommended (1.00x)"
         )
     return (
         f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "

@@ -83,7 +83,7 @@ def test_a_later_race_starts_only_when_the_pairs_it_needs_fit_the_first_when_one
     assert not _over_budget(study, settings, later, base, other, budget, False)  # 45.9 s: both fit
 
 
-def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead():
+def test_the_outcome_line_says_whether_the_budget_stopped_a_race_ahead_or_behind():
     from autotune.study.races import Confirmation
     from autotune.study.records import confirmation
     from autotune.summary import confirmation_lines
@@ -105,6 +105,13 @@ def test_the_outcome_line_says_whether_the_budget_stopped_a_race_that_was_ahead(
     (line, *races) = confirmation_lines(confirmation(decided, settings), "throughput")
     assert line.startswith("confirmed: no candidate was shown at least 5% better than the baseline")
     assert ", 0.99x as fast [" in races[0]  # a ratio below 1 reads as a speed, not "as good"
+    behind = make_study()
+    add(behind, 100.0, baseline=True)
+    slow = add(behind, 150.0, num_workers=2)
+    race(behind, slow.number, [100.0], [92.0])  # one pair, 0.92x, and the budget stopped the race: not "confirmed"
+    (line, *races) = confirmation_lines(confirmation(behind, settings), "throughput")
+    assert line.startswith(f"not confirmed: the confirmation budget stopped trial {slow.number}'s race before a decision"), line
+    assert "0.92x as fast over 1 pair(s)" in line and line.endswith("the baseline is recommended (1.00x)"), line
 
 
 def test_a_race_s_replicate_runs_include_each_config_s_search_trial_when_it_trained_as_many_samples():
