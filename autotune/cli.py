@@ -112,6 +112,11 @@ def _add_search(sub, common: argparse.ArgumentParser) -> None:
     s.add_argument("--model", dest="model_class", help="LightningModule class to use when the file defines several")
     s.add_argument("--data", dest="data_class", help="LightningDataModule class to use when the file defines several")
     s.add_argument("--config", dest="config_file", help="LightningCLI YAML with your own trainer:/model:/data: values (the baseline)")
+    s.add_argument(
+        "--cli-script",
+        help="your LightningCLI script (its subclass's links and defaults, and the export's run line; "
+        "default: found beside the model file)",
+    )
     s.add_argument("--space", dest="space_file", help="search space YAML (default: search_spaces/default.yaml)")
     s.add_argument("--objective", choices=None, help="throughput (default), time-to-quality, goodput, or pareto (see docs/objectives.md)")
     s.add_argument(

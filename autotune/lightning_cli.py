@@ -31,6 +31,7 @@ __all__ = [
     "build",
     "build_spec",
     "cli_overrides",
+    "cli_scripts",
     "find_cli_class",
     "load_cli_class",
     "load_spec",
@@ -156,34 +157,64 @@ def _called_on_import(tree: ast.Module, name: str) -> bool:
     return False
 
 
-def find_cli_class(model_file: str | Path) -> CliClass | None:
+def _cli_in(path: Path, model_file: Path | None) -> CliClass | None:
+    """The ``LightningCLI`` subclass (first) or ``LightningCLI(...)`` call that ``path`` holds, else ``None``
+    (also when ``path`` does not parse, or is not ``model_file`` and does not import it; ``None``: any file)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, OSError, ValueError):
+        return None
+    if model_file is not None and path != model_file and not _imports(tree, model_file.stem):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and _subclasses_cli(node) and not _called_on_import(tree, node.name):
+            return CliClass(str(path), node.name, not _run_false(tree, node.name), _model_argument(tree, node.name))
+    if any(isinstance(n, ast.Call) and getattr(n.func, "id", None) in _CLI_BASES for n in ast.walk(tree)):
+        return CliClass(str(path), "LightningCLI", not _run_false(tree, "LightningCLI"), _model_argument(tree, "LightningCLI"))
+    return None
+
+
+def cli_scripts(model_file: str | Path) -> list[CliClass]:
+    """Every file that :func:`find_cli_class` could pick, in the order it looks: the model file, then the
+    ``.py`` files of its folder that import it (those named ``*train*`` first, then by name), each with its
+    first ``LightningCLI`` subclass, else its plain call."""
+    model_file = Path(model_file).resolve()
+    others = sorted((p for p in model_file.parent.glob("*.py") if p != model_file), key=lambda p: ("train" not in p.stem.lower(), p.name))
+    candidates = [model_file, *others]
+    return [found for found in (_cli_in(path, model_file) for path in candidates) if found is not None]
+
+
+def find_cli_class(model_file: str | Path, script: str | Path | None = None) -> CliClass | None:
     """The user's ``LightningCLI``, found without running any code.
 
-    Looked for in the model file, then in the ``.py`` files of its folder that import the model file
-    (a training script such as ``train.py``): the first class that derives from ``LightningCLI``
-    (its links and parser defaults then apply in every trial), else the first script that calls
-    ``LightningCLI(...)`` itself (for the export's run line; trials use Lightning's class). A
-    subclass whose script would run it when imported is passed over.
+    Looked for in ``script`` when given (``--cli-script``), else in the model file, then in the ``.py``
+    files of its folder that import the model file (a training script such as ``train.py``; names with
+    ``train`` first, then by name, :func:`cli_scripts`): the first
+    class that derives from ``LightningCLI`` (its links and parser defaults then apply in every trial),
+    else the first script that calls ``LightningCLI(...)`` itself (for the export's run line; trials use
+    Lightning's class). A subclass whose script would run it when imported is passed over.
 
     Returns:
         Its :class:`CliClass` (``name`` is ``"LightningCLI"`` for a plain call), or ``None``.
+
+    Raises:
+        UsageError: ``script`` does not exist, or neither defines a ``LightningCLI`` subclass nor calls
+            ``LightningCLI(...)``.
     """
     model_file = Path(model_file).resolve()
-    candidates = [model_file, *sorted(p for p in model_file.parent.glob("*.py") if p != model_file)]
-    plain: CliClass | None = None
-    for path in candidates:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except (SyntaxError, OSError, ValueError):
-            continue
-        if path != model_file and not _imports(tree, model_file.stem):
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and _subclasses_cli(node) and not _called_on_import(tree, node.name):
-                return CliClass(str(path), node.name, not _run_false(tree, node.name), _model_argument(tree, node.name))
-        if plain is None and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) in _CLI_BASES for n in ast.walk(tree)):
-            plain = CliClass(str(path), "LightningCLI", not _run_false(tree, "LightningCLI"), _model_argument(tree, "LightningCLI"))
-    return plain
+    if script is not None:
+        path = Path(script).resolve()
+        if not path.is_file():
+            raise UsageError(f"--cli-script {str(script)!r} does not exist; name the Python script that runs your LightningCLI")
+        found = _cli_in(path, None)
+        if found is None:
+            raise UsageError(
+                f"--cli-script {str(script)!r} neither subclasses LightningCLI nor calls LightningCLI(...) (or does not parse); "
+                "name the script that runs your CLI, or leave the flag out"
+            )
+        return found
+    every = cli_scripts(model_file)
+    return next((c for c in every if c.name != "LightningCLI"), next(iter(every), None))
 
 
 def load_cli_class(cli: Mapping[str, Any] | None, package: Any = None) -> type:
@@ -338,7 +369,7 @@ def load_spec(spec: Mapping[str, Any]):
     if "cli" in spec:
         cli = spec["cli"]
     else:
-        found = find_cli_class(spec["model_file"])
+        found = find_cli_class(spec["model_file"], spec.get("cli_script"))
         cli = found.to_dict() if found else None
     user_config = spec.get("user_config") or read_user_config(spec.get("config_file"), strict=cli is None)
     return model_cls, data_cls, user_config, cli

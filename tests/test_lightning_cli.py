@@ -39,6 +39,38 @@ def test_the_users_cli_class_is_found_without_running_any_script(tmp_path):
     assert find_cli_class(MODELS / "tiny.py") is None
 
 
+def test_several_cli_scripts_a_train_script_comes_first_and_cli_script_names_another(tmp_path):
+    from autotune.errors import UsageError
+    from autotune.lightning_cli import cli_scripts
+
+    project = _project(tmp_path, "cli_project")
+    (project / "evaluate.py").write_text(  # sorts before train.py, but a script named *train* is looked at first
+        "from lightning.pytorch.cli import LightningCLI\nfrom model import Blobs, Classifier\n\n"
+        "class EvalCLI(LightningCLI):\n    pass\n\nif __name__ == '__main__':\n    EvalCLI(Classifier, Blobs, run=False)\n"
+    )
+    (project / "a_train_helpers.py").write_text("from model import Classifier\n")  # imports the model, runs no CLI
+    assert [(c.file, c.name) for c in cli_scripts(project / "model.py")] == [
+        (str(project / "train.py"), "LightningCLI"), (str(project / "evaluate.py"), "EvalCLI")]
+    # a subclass is still preferred over a plain call (its links and defaults apply in every trial)
+    assert find_cli_class(project / "model.py").file == str(project / "evaluate.py")
+    chosen = find_cli_class(project / "model.py", project / "train.py")
+    assert (chosen.file, chosen.name, chosen.subcommands) == (str(project / "train.py"), "LightningCLI", True)
+    with pytest.raises(UsageError, match=r"--cli-script '.*nosuch.py' does not exist; name the Python script"):
+        find_cli_class(project / "model.py", project / "nosuch.py")
+    with pytest.raises(UsageError, match=r"a_train_helpers.py' neither subclasses LightningCLI nor calls LightningCLI"):
+        find_cli_class(project / "model.py", project / "a_train_helpers.py")
+
+
+def test_a_bad_cli_script_exits_2_with_one_line_before_any_trial(tmp_path, cli):
+    project = _project(tmp_path, "cli_project")
+    r = cli("search", "model.py", "--cli-script", "nosuch.py", "--trials", 1, cwd=project)
+    assert r.returncode == 2 and r.stderr == (
+        "autotune: error: --cli-script 'nosuch.py' does not exist; name the Python script that runs your LightningCLI\n"), r.stderr
+    assert "inspecting" not in r.stdout and not (project / "studies" / "cli_project.db").exists()
+    r = cli("search", "model.py", "--cli-script", "model.py", "--config", "config.yaml", "--trials", 1, cwd=project)
+    assert r.returncode == 2 and "'model.py' neither subclasses LightningCLI nor calls LightningCLI(...)" in r.stderr, r.stderr
+
+
 def test_set_dotted_writes_where_lightning_cli_reads():
     doc = {"model": {"class_path": "m.Net", "init_args": {"depth": 2}}, "data": {"batch_size": 8}, "optimizer": {"class_path": "torch.optim.Adam"}}
     set_dotted(doc, "model.depth", 3)
@@ -59,8 +91,12 @@ def test_a_cli_project_trains_its_config_in_every_trial_and_the_export_builds_th
     marks = tmp_path / "marks"
     marks.mkdir()
     (project / "space.yaml").write_text("batch_size: [16, 32]\nlr: {low: 0.5, high: 2.0, log: true, relative: true}\n")
-    cli("search", "model.py", "--config", "config.yaml", "--space", "space.yaml", "--trials", 3, "--samples", 1024,
-        cwd=project, env={"CLI_PROJECT_MARKS": str(marks)}, check_rc=0)
+    # a second script on the model: train.py, named for training, is still the run line's, and the output says how to pick
+    (project / "predict.py").write_text("from lightning.pytorch.cli import LightningCLI\nfrom model import Blobs, Classifier\n\n"
+                                        "if __name__ == '__main__':\n    LightningCLI(Classifier, Blobs, run=False)\n")
+    r = cli("search", "model.py", "--config", "config.yaml", "--space", "space.yaml", "--trials", 3, "--samples", 1024,
+            cwd=project, env={"CLI_PROJECT_MARKS": str(marks)}, check_rc=0)
+    assert "the export's run line uses train.py; predict.py also run(s) a LightningCLI on this model: --cli-script" in r.stdout
     study = load(project / "studies" / "cli_project.db", "cli_project")
     trials = _complete(study)
     assert len(trials) == 3, [(t.number, t.user_attrs.get("fail_reason")) for t in study.trials]

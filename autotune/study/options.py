@@ -71,6 +71,7 @@ class SearchOptions:
     model_class: str | None = None
     data_class: str | None = None
     config_file: str | None = None
+    cli_script: str | None = None
     space_file: str | None = None
     objective: str | None = None
     loss_tolerance: float | None = None

@@ -17,7 +17,7 @@ from autotune.config import TrialConfig
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.hardware import Hardware, unsupported_precisions
 from autotune.jobs import ENV_OVERSUBSCRIBE, ahead, machine_slots, usable_cpus
-from autotune.lightning_cli import find_cli_class
+from autotune.lightning_cli import cli_scripts, find_cli_class
 from autotune.loader import read_user_config
 from autotune.runner import inspect_process
 from autotune.space import (
@@ -252,6 +252,9 @@ def _check_resume(settings: StudySettings, opts: SearchOptions, model_file: Path
             given = str(Path(given).resolve())
         if given is not None and given != getattr(settings, key):
             differ.append(f"{key}={getattr(settings, key)!r}, not {given!r}")
+    stored_script = (settings.cli or {}).get("file")
+    if opts.cli_script is not None and not correctable and str(Path(opts.cli_script).resolve()) != stored_script:
+        differ.append(f"cli_script={stored_script!r}, not {str(Path(opts.cli_script).resolve())!r}")
     if differ:
         flags = "the flags" if len(differ) > 1 else "the flag"
         raise StudyMismatchError(
@@ -307,6 +310,8 @@ def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOp
     ):
         if getattr(opts, key) is None:
             values[key] = getattr(settings, key)
+    if opts.cli_script is None and settings.cli and Path(settings.cli["file"]).is_file():
+        values["cli_script"] = settings.cli["file"]
     if opts.space_file is None and settings.space_explicit:
         values["space_file"] = settings.space_file
     if opts.monitor is None and not settings.monitor_explicit:
@@ -325,14 +330,28 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     if config_file:
         # its YAML, sections and top-level keys, before the slow inspection (whose LightningCLI parser
         # then checks every key against the classes, right after importing the model file)
-        read_user_config(config_file, strict=find_cli_class(model_file) is None)
+        read_user_config(config_file, strict=find_cli_class(model_file, opts.cli_script) is None)
+    elif opts.cli_script:
+        find_cli_class(model_file, opts.cli_script)  # a wrong --cli-script: say so before the slow inspection
     ui.info(f"inspecting {model_file.name} in a trial process ...")
     report = inspect_process(
-        {"model_file": str(model_file), "model_class": opts.model_class, "data_class": opts.data_class, "config_file": config_file},
+        {
+            "model_file": str(model_file),
+            "model_class": opts.model_class,
+            "data_class": opts.data_class,
+            "config_file": config_file,
+            "cli_script": opts.cli_script,
+        },
         pool=ahead(model_file),  # the run's warm process, spawned ahead: no second import of torch
     )
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
+    others = [Path(c.file).name for c in cli_scripts(model_file) if report.get("cli") and c.file != report["cli"]["file"]]
+    if others and not opts.cli_script:
+        ui.info(
+            f"the export's run line uses {Path(report['cli']['file']).name}; {', '.join(others)} also run(s) a LightningCLI "
+            "on this model: --cli-script names the one to use"
+        )
     theirs = (report.get("cli") or {}).get("model")
     if theirs and theirs != report["model_class"]:
         ui.warn(

@@ -54,3 +54,8 @@ def test_a_resume_names_every_flag_that_differs_in_one_error(tmp_path):
     assert "samples=2048, not 4096" in message and "devices=1, not 2" in message and "drop the flags" in message
     assert len(message.splitlines()) == 1
     _check_resume(settings, SearchOptions(model_file=str(model), samples=2048), model)  # the study's own values pass
+    # the LightningCLI script is the study's too (its links shaped every trial): another one is refused
+    scripted = make_settings(model_file=str(model), cli={"file": str(tmp_path / "train.py"), "name": "LightningCLI"})
+    with pytest.raises(StudyMismatchError, match=r"cli_script='.*train.py', not '.*evaluate.py'"):
+        _check_resume(scripted, SearchOptions(model_file=str(model), cli_script=str(tmp_path / "evaluate.py")), model)
+    _check_resume(scripted, SearchOptions(model_file=str(model), cli_script=str(tmp_path / "train.py")), model)
