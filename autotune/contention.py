@@ -87,7 +87,8 @@ def busy_run_line(trials: Iterable[Any]) -> str | None:
 
 def host_load_line(trial: Any) -> str | None:
     """``autotune show STUDY N``'s line on the host while trial N ran, or ``None`` when it has no figures:
-    ``host while it trained: other processes 46% of the CPU, steal 0%, load average 3.1 on 2 cores, other GPU processes 0``.
+    ``host while it trained: other processes 46% of the CPU, steal 0%, load average 3.1 on 2 cores (its own processes
+    included), other GPU processes 0``.
 
     Args:
         trial: A frozen trial with autotune's user attributes.
@@ -101,7 +102,7 @@ def host_load_line(trial: Any) -> str | None:
     if attrs.get("steal_fraction") is not None:
         parts.append(f"steal {attrs['steal_fraction']:.0%}")
     if load := _load(attrs):
-        parts.append(load)
+        parts.append(f"{load} (its own processes included)")  # a high load beside 0% taken by others is the trial's own
     if attrs.get("gpu_other_processes") is not None:
         parts.append(f"other GPU processes {attrs['gpu_other_processes']}")
     busy = f" (busy: >= {BUSY_OTHER_CPU_FRACTION:.0%}, its samples/s understate this config)" if is_busy(attrs) else ""

@@ -70,7 +70,8 @@ def test_an_unpaired_speedup_says_it_is_unconfirmed_and_distrusts_a_busy_baselin
 
 def test_show_line_gives_every_figure():
     assert host_load_line(_trial(4, 0.12, load=0.5, cpus=16, gpu=1)) == (
-        "host while trial 4 trained: other processes 12% of the CPU, steal 0%, load average 0.5 on 16 cores, other GPU processes 1"
+        "host while trial 4 trained: other processes 12% of the CPU, steal 0%, load average 0.5 on 16 cores (its own processes included), "
+        "other GPU processes 1"
     )
     assert host_load_line(_trial(4, 0.5)).endswith("(busy: >= 25%, its samples/s understate this config)")
     assert host_load_line(_trial(4, None, load=None)) is None
