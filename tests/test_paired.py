@@ -247,10 +247,17 @@ def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_short
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
     assert same_math_first(study, settings, [other, same], base, 0.2) == [same, other]
     assert same_math_first(study, settings, [other], base, 0.2) == [other]  # none keeps the math: as it was
-    # room for 2 full-length pairs (123 s of 125 s): full length, as any race, in the search's order
+    # room for 2 full-length pairs (123 s of 125 s), not for the 5 planned: the same-math race takes 5 shorter pairs
+    # (2 long ones would leave it undecided when one runs late); the other math's, --samples; the search's order
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 500.0}])
-    assert confirm_samples(study, settings, None, same, base, 0.2)[0] == 4096
+    assert confirm_samples(study, settings, None, same, base, 0.2)[0] == 1666  # 5 x (1,666 / 100 + 1,666 / 200) = 125 s
+    samples, source = confirm_samples(study, settings, None, other, base, 0.2)
+    assert samples == 4096 and source == (
+        f"--samples, the shortest run a race judging the loss trains: about 2 pair(s) of trial {other.number}'s config vs the "
+        "baseline, 61.4 s each, fit in 125 s")
     assert same_math_first(study, settings, [other, same], base, 0.2) == [other, same]
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 1300.0}])  # 325 s: 5 pairs fit, of 4,333 samples
+    assert confirm_samples(study, settings, None, same, base, 0.2)[0] == 4333
 
 
 def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():

@@ -104,8 +104,10 @@ def confirm_samples(
     (:func:`confirm_budget`, with ``outside``), between the study's ``samples`` and twice that.
 
     Never fewer than ``samples`` (but see :func:`short_samples`: a first candidate of the baseline's
-    math whose :data:`autotune.paired.MIN_PAIRS` full-length pairs do not fit the budget races on
-    shorter runs, and a later race of other math runs at ``--samples``, :func:`race_candidates`): a race judges the loss (and the time to the baseline's loss) too, and a
+    math whose :data:`autotune.paired.PLANNED_PAIRS` full-length pairs do not fit the budget races on
+    shorter runs, as many as fit (down to the shortest stage-1 run), rather than on the 2 long ones a
+    tight budget allows, whose race stops undecided when one pair runs late on a busy machine; a
+    later race of other math runs at ``--samples``, :func:`race_candidates`): a race judges the loss (and the time to the baseline's loss) too, and a
     shorter run asks another question than the search trial that found the candidate feasible: a larger
     batch at a larger lr, or a schedule set from the run's length (OneCycleLR), is often behind at half
     the budget and ahead at the full one (bn_cnn's batch 128 at 4.5x the lr: val_loss 0.16 against the
@@ -121,9 +123,16 @@ def confirm_samples(
     runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
+    pair = sum(o + samples / sps for o, sps in runs if sps > 0)
+    if samples == settings.samples and pair * PLANNED_PAIRS > allowed - spent and pair > 0:  # clamped at --samples
+        said = (
+            f"--samples, the shortest run a race judging the loss trains: about {int((allowed - spent) // pair)} pair(s) "
+            f"of trial {first.number}'s config vs the baseline, {pair:.1f} s each, fit in {allowed - spent:.0f} s"
+        )
     short = short_samples(settings, first, base)
-    if short < settings.samples and not _full_pairs_fit(allowed - spent, runs, settings):
-        # its MIN_PAIRS full-length pairs do not fit: a candidate of the baseline's math races on shorter runs
+    if short < settings.samples and not _full_pairs_fit(allowed - spent, runs, settings, PLANNED_PAIRS):
+        # its PLANNED_PAIRS full-length pairs do not fit: a candidate of the baseline's math races on shorter runs
+        # (a rate, measured after the warm-up at any length), more of them rather than the minimum 2 long ones
         samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=short, ceiling=settings.samples)
         pair = sum(o + samples / sps for o, sps in runs if sps > 0)
         if samples == short and pair > 0:
@@ -134,10 +143,10 @@ def confirm_samples(
     return samples, said
 
 
-def _full_pairs_fit(budget: float, runs: list[tuple[float, float]], settings: StudySettings) -> bool:
-    """Whether :data:`autotune.paired.MIN_PAIRS` pairs of ``--samples`` runs (``runs``: :func:`run_seconds`
-    of the two configs) fit in ``budget`` seconds."""
-    return fit_samples(budget, MIN_PAIRS, runs, 1, settings.samples) >= settings.samples
+def _full_pairs_fit(budget: float, runs: list[tuple[float, float]], settings: StudySettings, pairs: int = MIN_PAIRS) -> bool:
+    """Whether ``pairs`` (default :data:`autotune.paired.MIN_PAIRS`) pairs of ``--samples`` runs (``runs``:
+    :func:`run_seconds` of the two configs) fit in ``budget`` seconds."""
+    return fit_samples(budget, pairs, runs, 1, settings.samples) >= settings.samples
 
 
 def same_math_first(study, settings: StudySettings, candidates: list, base: Any, share: float, outside: float = 0.0) -> list:
@@ -164,7 +173,7 @@ def short_samples(settings: StudySettings, candidate: Any, incumbent: Any) -> in
     the larger effective batch of the two, at most ``--samples``) when it keeps the incumbent's math:
     such a race compares samples/s, a rate measured after the warm-up at any length (as stage 1
     ranks configs by it), and the two configs' losses at the same length only as a rounding check. A
-    short search whose confirmation share has no room for two full-length pairs then still races a
+    short search whose confirmation share has no room for five full-length pairs then still races a
     same-math config (a new user's 2.3x faster ``num_workers`` at ``--trials 6`` was otherwise never
     raced; at a quarter of ``--samples``, another's ``--trials 8`` still fitted only one pair of 2).
     """
