@@ -33,6 +33,7 @@ __all__ = [
     "cli_overrides",
     "cli_scripts",
     "find_cli_class",
+    "imports_model",
     "load_cli_class",
     "load_spec",
     "parser_links",
@@ -175,23 +176,37 @@ def _cli_in(path: Path, model_file: Path | None) -> CliClass | None:
 
 
 def cli_scripts(model_file: str | Path) -> list[CliClass]:
-    """Every file that :func:`find_cli_class` could pick, in the order it looks: the model file, then the
-    ``.py`` files of its folder that import it (those named ``*train*`` first, then by name), each with its
-    first ``LightningCLI`` subclass, else its plain call."""
+    """Every file that :func:`find_cli_class` could pick, best first: the model file and the ``.py`` files of
+    its folder that import it, each with its first ``LightningCLI`` subclass, else its plain call; those
+    named ``*train*`` first (the script the user trains with), then the model file, then the others by
+    name, and within each of these, a subclass before a plain call."""
     model_file = Path(model_file).resolve()
-    others = sorted((p for p in model_file.parent.glob("*.py") if p != model_file), key=lambda p: ("train" not in p.stem.lower(), p.name))
-    candidates = [model_file, *others]
-    return [found for found in (_cli_in(path, model_file) for path in candidates) if found is not None]
+    others = sorted(p for p in model_file.parent.glob("*.py") if p != model_file)
+    found = [c for c in (_cli_in(path, model_file) for path in [model_file, *others]) if c is not None]
+
+    def rank(c: CliClass) -> tuple[int, bool]:
+        path = Path(c.file)
+        tier = 0 if "train" in path.stem.lower() and path != model_file else 1 if path == model_file else 2
+        return tier, c.name == "LightningCLI"
+
+    return sorted(found, key=rank)  # stable: by name within a rank
+
+
+def imports_model(script: str | Path, model_file: str | Path) -> bool:
+    """Whether ``script`` is the model file, or a file in its folder that imports it by its module name
+    (a script elsewhere imports the ``model.py`` of its own folder, not this one)."""
+    script, model_file = Path(script).resolve(), Path(model_file).resolve()
+    return script == model_file or (script.parent == model_file.parent and _cli_in(script, model_file) is not None)
 
 
 def find_cli_class(model_file: str | Path, script: str | Path | None = None) -> CliClass | None:
     """The user's ``LightningCLI``, found without running any code.
 
-    Looked for in ``script`` when given (``--cli-script``), else in the model file, then in the ``.py``
-    files of its folder that import the model file (a training script such as ``train.py``; names with
-    ``train`` first, then by name, :func:`cli_scripts`): the first
-    class that derives from ``LightningCLI`` (its links and parser defaults then apply in every trial),
-    else the first script that calls ``LightningCLI(...)`` itself (for the export's run line; trials use
+    Looked for in ``script`` when given (``--cli-script``), else in the model file and the ``.py`` files of
+    its folder that import the model file, in :func:`cli_scripts`' order: a script named ``*train*``
+    first (``train.py``: the script the user trains with), then the model file, then the others; in
+    each, a class that derives from ``LightningCLI`` (its links and parser defaults then apply in every
+    trial), else a call of ``LightningCLI(...)`` itself (for the export's run line; trials use
     Lightning's class). A subclass whose script would run it when imported is passed over.
 
     Returns:
@@ -213,8 +228,7 @@ def find_cli_class(model_file: str | Path, script: str | Path | None = None) -> 
                 "name the script that runs your CLI, or leave the flag out"
             )
         return found
-    every = cli_scripts(model_file)
-    return next((c for c in every if c.name != "LightningCLI"), next(iter(every), None))
+    return next(iter(cli_scripts(model_file)), None)
 
 
 def load_cli_class(cli: Mapping[str, Any] | None, package: Any = None) -> type:

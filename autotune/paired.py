@@ -170,6 +170,8 @@ class Verdict:
         reason: One line saying why (empty while running).
         df: Degrees of freedom of the interval when the replicate runs' variance gave the narrower one
             (``replicates`` of :func:`judge`), else -1 (the pairs': ``pairs - 1``).
+        timed: The figures judged were seconds to the study's loss target, not the objective value
+            (:func:`autotune.study.races.judge_race`, a candidate of other math).
     """
 
     outcome: str
@@ -181,6 +183,7 @@ class Verdict:
     sign_p: float
     reason: str = ""
     df: int = -1
+    timed: bool = False
 
     @property
     def decided(self) -> bool:

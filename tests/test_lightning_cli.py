@@ -51,14 +51,26 @@ def test_several_cli_scripts_a_train_script_comes_first_and_cli_script_names_ano
     (project / "a_train_helpers.py").write_text("from model import Classifier\n")  # imports the model, runs no CLI
     assert [(c.file, c.name) for c in cli_scripts(project / "model.py")] == [
         (str(project / "train.py"), "LightningCLI"), (str(project / "evaluate.py"), "EvalCLI")]
-    # a subclass is still preferred over a plain call (its links and defaults apply in every trial)
-    assert find_cli_class(project / "model.py").file == str(project / "evaluate.py")
+    # the script the user trains with, though evaluate.py subclasses (a new user's export ran the evaluation script)
+    assert find_cli_class(project / "model.py").file == str(project / "train.py")
+    (project / "model_cli.py").write_text(  # a subclass beside a plain call in no *train* script: the subclass
+        "from lightning.pytorch.cli import LightningCLI\nimport model\n\nclass LinkCLI(LightningCLI):\n    pass\n")
+    (project / "train.py").rename(project / "fit.py")
+    assert [c.file for c in cli_scripts(project / "model.py")] == [str(project / p) for p in ("evaluate.py", "model_cli.py", "fit.py")]
+    (project / "fit.py").rename(project / "train.py")
     chosen = find_cli_class(project / "model.py", project / "train.py")
     assert (chosen.file, chosen.name, chosen.subcommands) == (str(project / "train.py"), "LightningCLI", True)
     with pytest.raises(UsageError, match=r"--cli-script '.*nosuch.py' does not exist; name the Python script"):
         find_cli_class(project / "model.py", project / "nosuch.py")
     with pytest.raises(UsageError, match=r"a_train_helpers.py' neither subclasses LightningCLI nor calls LightningCLI"):
         find_cli_class(project / "model.py", project / "a_train_helpers.py")
+    from autotune.lightning_cli import imports_model
+
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    (elsewhere / "train.py").write_text((project / "train.py").read_text())  # imports the model.py of its own folder
+    assert imports_model(project / "train.py", project / "model.py") and imports_model(project / "model.py", project / "model.py")
+    assert not imports_model(elsewhere / "train.py", project / "model.py")
 
 
 def test_a_bad_cli_script_exits_2_with_one_line_before_any_trial(tmp_path, cli):

@@ -274,12 +274,15 @@ def test_a_candidate_of_other_math_races_on_its_seconds_to_the_baseline_loss():
     assert race(sps, reach, quality=False).outcome == "running"  # on samples/s, as a config of the same math is
     got = race(sps, reach)
     assert got.outcome == "win" and got.ratio == pytest.approx(math.sqrt(1.67 / 1.29 * 1.80 / 1.30)) and TIMED in got.reason
+    assert got.timed and not race(sps, reach, quality=False).timed
+    assert race(sps[:1], reach[:1]).timed and race(sps[:1], reach[:1]).reason == ""  # running: timed, no reason yet
     # the quiet zoo's charlm: 1.13x the samples/s in 3 of 3 pairs, but 27-30 s to the baseline's loss against 10-11 s
     got = race([(100, 113), (100, 112), (100, 114)], [(10.5, 28.0), (11.0, 30.0), (10.2, 27.0)])
     assert got.outcome == "slower" and got.ratio < 0.5 and TIMED in got.reason
     # a run with no time to the target (no loss curve, or never reached): samples/s, with the veto of the median pair
     never = race([(100, 150), (100, 152), (100, 149)], [(10.0, math.inf), (10.0, math.inf), (10.0, math.inf)])
     assert never.outcome == "loss" and TIMED not in never.reason and "slower to the baseline's training loss" in never.reason
+    assert not never.timed
     unknown = race([(100, 150), (100, 152), (100, 149)], [(math.nan, math.nan)] * 3)
     assert unknown.outcome == "win" and unknown.ratio == pytest.approx(1.503, rel=0.01)
 

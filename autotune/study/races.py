@@ -281,7 +281,7 @@ def judge_race(
          [p.candidate for p in by_time] + [_reach(t) for t in (cand_search,) if t is not None]]
     )  # fmt: skip
     verdict = judge(by_time, False, tolerance, mode, failed=failed, max_pairs=max_pairs, replicates=replicates)
-    return replace(verdict, reason=f"{verdict.reason} ({TIMED})") if verdict.reason else verdict
+    return replace(verdict, reason=f"{verdict.reason} ({TIMED})" if verdict.reason else "", timed=True)
 
 
 def _value(trial: Any, settings: StudySettings) -> float:

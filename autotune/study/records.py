@@ -15,7 +15,7 @@ from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.objective import TrialRecord, recommend
 from autotune.samplers import grid_space
-from autotune.study.races import TIMED, _same_math, confirmation_of
+from autotune.study.races import _same_math, confirmation_of
 from autotune.study.settings import BASELINE_ATTR, StudySettings, settings_of
 
 
@@ -300,7 +300,7 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         config's search trial, the ratio (> 1: better) and its 90% interval, the paired runs behind
         it, the baseline's search trial, samples per paired run, whether any race was won (else
         the baseline is recommended at 1.00x), and whether a won race was judged on the seconds to the
-        baseline's loss (a config of other math: :data:`autotune.study.races.TIMED`).
+        baseline's loss (a config of other math: ``Verdict.timed``).
     """
 
     confirmed = confirmation(study, settings, trials)
@@ -315,5 +315,5 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         "baseline_trial": confirmed.baseline,
         "samples": confirmed.won[-1].samples if confirmed.won else confirmed.samples,
         "won": bool(confirmed.won),
-        "timed": any(TIMED in (r.verdict.reason or "") for r in confirmed.won),
+        "timed": any(r.verdict.timed for r in confirmed.won),
     }

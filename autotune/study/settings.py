@@ -17,7 +17,7 @@ from autotune.config import TrialConfig
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.hardware import Hardware, unsupported_precisions
 from autotune.jobs import ENV_OVERSUBSCRIBE, ahead, machine_slots, usable_cpus
-from autotune.lightning_cli import cli_scripts, find_cli_class
+from autotune.lightning_cli import cli_scripts, find_cli_class, imports_model
 from autotune.loader import read_user_config
 from autotune.runner import inspect_process
 from autotune.space import (
@@ -346,6 +346,11 @@ def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui:
     )
     if report.get("cli") and report["cli"]["name"] != "LightningCLI":
         ui.info(f"trials parse the config with {report['cli']['name']} from {Path(report['cli']['file']).name} (its links and defaults)")
+    if opts.cli_script and not imports_model(opts.cli_script, model_file):
+        ui.warn(
+            f"--cli-script {opts.cli_script} does not import {model_file.name} from its folder: the export's run line through it "
+            f"may train another model than the one searched; name a script beside {model_file.name} that imports it"
+        )
     others = [Path(c.file).name for c in cli_scripts(model_file) if report.get("cli") and c.file != report["cli"]["file"]]
     if others and not opts.cli_script:
         ui.info(
