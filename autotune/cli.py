@@ -305,10 +305,21 @@ def _cmd_search(args) -> int:
     from autotune.study import load_study
     from autotune.study.settings import settings_of
 
-    study, settings = (
-        (result.study, settings_of(result.study)) if result.study is not None else load_study(result.study_name, result.storage)
-    )
-    ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
+    try:
+        study, settings = (
+            (result.study, settings_of(result.study)) if result.study is not None else load_study(result.study_name, result.storage)
+        )
+        ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
+    except KeyboardInterrupt:  # the search is done: say where its results are, not how to resume it
+        from autotune.errors import Interrupted
+        from autotune.study import mask_url
+
+        written = f"; its config was written to {result.export_path}" if result.export_path else ""
+        raise Interrupted(
+            "",
+            f"while printing the summary: the search had finished{written}; "
+            f"autotune show {result.study_name} --storage {mask_url(result.storage)} shows its results",
+        ) from None
     return 0
 
 

@@ -266,9 +266,18 @@ def stop_on_sigterm() -> None:
 
 
 class Interrupted(AutotuneError):
-    """Ctrl-C, SIGTERM or a closed output stopped the run; ``resume`` is the command that continues the study."""
+    """Ctrl-C, SIGTERM or a closed output stopped the run; ``resume`` is the command that continues the study.
 
-    def __init__(self, resume: str):
+    ``finished``, when given, replaces the text after the first word: the run had finished its work
+    (``"while printing the summary: the search had finished; ..."``) and there is nothing to resume.
+    """
+
+    def __init__(self, resume: str, finished: str = ""):
         what = "interrupted" if stopped_by() == "Ctrl-C" else f"stopped by {stopped_by()}"
-        super().__init__(f"{what}; finished trials are kept. Resume with:\n  {resume}" if resume else f"{what}; finished trials are kept")
+        if finished:
+            super().__init__(f"{what} {finished}")
+        else:
+            super().__init__(
+                f"{what}; finished trials are kept. Resume with:\n  {resume}" if resume else f"{what}; finished trials are kept"
+            )
         self.resume = resume

@@ -290,6 +290,19 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
         raise StorageError(f"storage {masked!r} needs a database driver that is not installed ({e}){extra}") from None
 
 
+def _near(path: Path) -> str:
+    """``"did you mean 'studies/proj.db'? "`` for the closest name of a file with the same suffix in the same
+    folder (:func:`difflib.get_close_matches`), else ``""``."""
+    import difflib
+
+    try:
+        names = [p.name for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1)
+    return f"did you mean {str(path.parent / close[0])!r}? " if close else ""
+
+
 def _check_file(url: str, path: Path | None, noun: str, create: bool) -> None:
     """The checks of a file storage's path (``noun``: ``database file``, ``journal file``).
 
@@ -301,7 +314,7 @@ def _check_file(url: str, path: Path | None, noun: str, create: bool) -> None:
         return
     if not create and not path.is_file():
         what = "study database" if noun == "database file" else noun
-        raise StudyNotFoundError(f"{what} {str(path)!r} does not exist; check the path, or run `autotune search` first")
+        raise StudyNotFoundError(f"{what} {str(path)!r} does not exist; {_near(path)}check the path, or run `autotune search` first")
     if path.is_dir():
         raise StorageError(f"storage {url!r}: {str(path)!r} is a folder; give a {noun} path")
     if create and not path.parent.exists() and path.parent != Path("studies"):

@@ -266,8 +266,9 @@ def recommendation(study, settings: StudySettings, trials: list | None = None):
     When the study has paired confirmation runs, the recommendation is the config that won the last
     race of the chain from the baseline, represented by its paired run closest to its median, and the
     baseline by its paired run closest to its median in its first race (both at the confirmation
-    budget); when no race was won, the baseline itself is recommended (at 1.00x). Without paired runs:
-    the best single search trial and the baseline trial.
+    budget); when no race was won, the baseline is recommended (at 1.00x) as its search trial, which
+    trained the study's whole ``--samples`` (a paired run may have been shorter: a same-math race's), and
+    it is the baseline too. Without paired runs: the best single search trial and the baseline trial.
 
     Args:
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one); the two trials
@@ -282,9 +283,11 @@ def recommendation(study, settings: StudySettings, trials: list | None = None):
     baseline = by_number.get(baseline_info["trial"])
     confirmed = confirmation(study, settings, every)
     if confirmed is not None:
+        if confirmed.chosen_run is None:  # no race won: the baseline's own search trial, at the whole budget
+            return baseline, baseline
         if confirmed.baseline_run is not None:
             baseline = by_number[confirmed.baseline_run]
-        return (by_number[confirmed.chosen_run] if confirmed.chosen_run is not None else baseline), baseline
+        return by_number[confirmed.chosen_run], baseline
     best = recommend(_search_records(study, every), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
     return (by_number[best.number] if best else None), baseline
 

@@ -220,12 +220,20 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         pools.close()
         shutil.rmtree(pools.log_dir, ignore_errors=True)
     plan.end("done")
-    recommended, baseline = recommendation(study, settings)
     export_path = None
-    if recommended is not None:
-        export_path = Path(opts.out) if opts.out else default_export_path(storage_url, study_name)
-        export_study(study, settings, recommended, baseline, export_path, storage_url)
-        _save_note(study, settings, recommended, baseline, export_path, ui)
+    try:
+        recommended, baseline = recommendation(study, settings)
+        if recommended is not None:
+            export_path = Path(opts.out) if opts.out else default_export_path(storage_url, study_name)
+            export_study(study, settings, recommended, baseline, export_path, storage_url)
+            _save_note(study, settings, recommended, baseline, export_path, ui)
+    except KeyboardInterrupt:  # every trial is stored: nothing to resume, the export can be written again
+        out = f" --out {opts.out}" if opts.out else ""
+        raise Interrupted(
+            "",
+            "after the search finished, while its config was exported; "
+            f"autotune export {study_name} --storage {mask_url(storage_url)}{out} writes it",
+        ) from None
     return SearchResult(study_name, storage_url, ran, recommended, baseline, export_path, study)
 
 

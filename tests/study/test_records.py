@@ -193,11 +193,13 @@ def test_a_speed_up_of_other_math_says_it_was_measured_to_the_baseline_s_loss_ov
 
 def test_a_raced_config_whose_loss_is_worse_at_the_longer_budget_is_not_recommended():
     study = make_study()
-    add(study, 100.0, 1.0, baseline=True)
+    base = add(study, 100.0, 1.0, baseline=True)
     fast = add(study, 300.0, 1.0, batch_size=64)
-    pairs = race(study, fast.number, [100.0, 101.0, 99.0], [300.0, 301.0, 299.0], incumbent_loss=0.5, candidate_loss=0.6)
+    race(study, fast.number, [100.0, 101.0, 99.0], [300.0, 301.0, 299.0], incumbent_loss=0.5, candidate_loss=0.6)
     recommended, baseline = recommendation(study, _settings(study))
-    assert recommended.number == baseline.number == pairs[0][0].number  # 20% above the baseline's loss: the baseline at 1.00x
+    # 20% above the baseline's loss: the baseline at 1.00x, as its search trial (the whole --samples; a paired run of a
+    # same-math race may be shorter, and the export's header would quote that run's loss)
+    assert recommended.number == baseline.number == base.number
     assert confirmation(study, _settings(study)).races[0].verdict.outcome == "loss"
 
 
