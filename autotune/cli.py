@@ -311,15 +311,7 @@ def _cmd_search(args) -> int:
         )
         ui.summary(study, settings, result.recommended, result.baseline, result.export_path)
     except KeyboardInterrupt:  # the search is done: say where its results are, not how to resume it
-        from autotune.errors import Interrupted
-        from autotune.study import mask_url
-
-        written = f"; its config was written to {result.export_path}" if result.export_path else ""
-        raise Interrupted(
-            "",
-            f"while printing the summary: the search had finished{written}; "
-            f"autotune show {result.study_name} --storage {mask_url(result.storage)} shows its results",
-        ) from None
+        raise result.interrupted_summary() from None
     return 0
 
 

@@ -77,6 +77,15 @@ class SearchResult:
     #: end-of-run summary a second read of the whole study)
     study: Any = None
 
+    def interrupted_summary(self) -> Interrupted:
+        """The error for Ctrl-C (or SIGTERM) while the finished search's summary prints: where its results are."""
+        written = f"; its config was written to {self.export_path}" if self.export_path else ""
+        return Interrupted(
+            "",
+            f"while printing the summary: the search had finished{written}; "
+            f"autotune show {self.study_name} --storage {mask_url(self.storage)} shows its results",
+        )
+
 
 def max_epochs_line(settings: StudySettings) -> str | None:
     """``"your max_epochs=15 covers 6,840 training samples, fewer than --samples 20000: ..."`` when the
