@@ -88,7 +88,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     last_screen = max(t.number for t in trials if t.user_attrs.get("stage") == "system")
     after = [t for t in trials if t.number > last_screen]
     assert len(short) == 5 and 1 <= len(after) <= 3 and len(stage2) <= 3, listing
-    assert full or "no system config left that could beat the best feasible trial" in r.stdout, (listing, r.stdout[-3000:])
+    assert full or "no screened system config left that could beat the best feasible trial" in r.stdout, (listing, r.stdout[-3000:])
     assert all(t.number > last_screen for t in stage2)
     for t in short:  # accumulation at the baseline's, lr by the linear rule (tiny.py trains with SGD); a shorter budget, not judged
         rule = base.params["lr"] * (t.params["batch_size"] / 16)
@@ -109,7 +109,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     lines = r.stdout.splitlines()
     listed = sum(len(line.split(";")) for line in lines if line.startswith("staged search, stage 2 (math-changing): "))
     preserving = [line for line in lines if line.startswith("staged search, stage 2 (math-preserving")]
-    assert listed or preserving or "no system config left that could beat the best feasible trial" in r.stdout
+    assert listed or preserving or "no screened system config left that could beat the best feasible trial" in r.stdout
     assert all(s in fastest for s in systems[:listed])
     for t in full:  # judged at full budget, or not run because a config of its class failed with more optimizer steps
         assert "trial_samples" not in t.user_attrs
@@ -226,7 +226,7 @@ def test_stage_2_goes_down_the_speed_ranking_and_skips_configs_that_cannot_win()
 # --- math-preserving knobs first (issue 15.3) ---
 
 def _context(rule="sqrt", acc=None, lr=None):
-    from autotune.study.staged import MathContext
+    from autotune.study.screen import MathContext
 
     resolved = {"batch_size": {"choices": [16, 32, 64, 128]}, "num_workers": {"choices": [0, 1]},
                 "accumulate_grad_batches": acc or {"low": 1, "high": 8, "log": False},
@@ -236,7 +236,7 @@ def _context(rule="sqrt", acc=None, lr=None):
 
 def test_stage_1_screens_math_preserving_configs_first_at_the_baselines_effective_batch_and_lr():
     from autotune.study import screen_points
-    from autotune.study.staged import screen_order
+    from autotune.study.screen import screen_order
 
     context, resolved = _context()
     fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
@@ -257,6 +257,31 @@ def test_stage_1_screens_math_preserving_configs_first_at_the_baselines_effectiv
     # a split outside the space's accumulation is no split: batch 16 needs 2, the space allows only 1
     narrow, _ = _context(acc={"choices": [1]})
     assert [narrow.config_of(p).batch_size for p in screen_order(points, 7, {**fixed}, narrow)][:1] == [32]
+
+
+def test_math_changing_screens_climb_the_batch_ladder_one_rung_each_at_the_baselines_other_knobs_first():
+    # a random order spent a tabular MLP's three math-changing screens on batch 512 twice and batch 128
+    # with 2 workers (batch 256 never ran); the ladder covers each effective batch once, nearest first
+    from autotune.study import screen_points
+    from autotune.study.screen import MathContext, batch_ladder, screen_order
+
+    resolved = {"batch_size": {"choices": [16, 32, 64, 128, 256, 512]}, "num_workers": {"choices": [0, 1, 2]},
+                "accumulate_grad_batches": {"low": 1, "high": 8, "log": False}, "lr": {"low": 1e-4, "high": 1e-2, "log": True}}
+    context = MathContext(TrialConfig(batch_size=64, lr=0.001), resolved, "sqrt")
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.001}
+    for seed in range(5):
+        points = screen_points([], resolved, {"lr", "accumulate_grad_batches"}, seed=seed,
+                               visited_params=[{"batch_size": 64, "num_workers": 0, **fixed}])
+        order = screen_order(points, 11, fixed, context)
+        changing = [context.config_of(p) for p in order if context.config_of(p).effective_batch_size != 64]
+        assert [(c.batch_size, c.num_workers) for c in changing] == [(128, 0), (256, 0), (512, 0)]
+        assert [c.lr for c in changing] == pytest.approx([0.001 * (b / 64) ** 0.5 for b in (128, 256, 512)])
+        # all of them: every rung once at the baseline's workers, then each rung again with other workers
+        ladder = [context.config_of(p) for p in batch_ladder([context.first_point(p, fixed) for p in points
+                                                               if context.split(p, fixed) is None], context)]
+        assert len(ladder) == 9 and [c.batch_size for c in ladder] == [128, 256, 512] * 3
+        assert {c.num_workers for c in ladder[:3]} == {0} and {c.num_workers for c in ladder[3:]} == {1, 2}
+    assert batch_ladder([], context) == []
 
 
 def test_the_lr_of_a_math_changing_config_follows_its_effective_batch_by_the_optimizers_family():

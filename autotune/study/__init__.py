@@ -13,7 +13,7 @@ Modules, in the order a search uses them:
 - :mod:`~autotune.study.probe`: the memory model's probes before the search.
 - :mod:`~autotune.study.search`: the entry point :func:`run_search`, and the confirmation runs.
 - :mod:`~autotune.study.worker`: :func:`run_worker` (``autotune worker``), which waits for a study that does not exist yet.
-- :mod:`~autotune.study.staged`: the ``--search staged`` policy; :mod:`~autotune.study.math_class`: which configs keep the baseline's math.
+- :mod:`~autotune.study.staged`: the ``--search staged`` policy; :mod:`~autotune.study.screen`: its stage-1 order; :mod:`~autotune.study.math_class`: which configs keep the baseline's math.
 - :mod:`~autotune.study.queue`: the shared budget of WAITING trials, claimed and drained with ``--jobs``; Ctrl-C.
 - :mod:`~autotune.study.plan`: what each search run has still to add (workers wait for it; the next search continues a stopped run).
 - :mod:`~autotune.study.trial`: run one claimed trial (child process, heartbeat, pruning watcher).

@@ -281,7 +281,7 @@ def race_candidates(
     against = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config (it won its race(s) in this study)"
     ui.stage(
         f"confirming: racing {len(candidates)} config(s), best first, against {against} in pairs of back-to-back runs "
-        f"({MIN_PAIRS} to {cap} pairs each) of {samples} training samples ({source}); budget {allowed:.0f} s "
+        f"(up to {cap} pairs each; a clear win is decided at 1 or {MIN_PAIRS}, anything else at {MIN_PAIRS} or more) of {samples} training samples ({source}); budget {allowed:.0f} s "
         f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,
     )

@@ -8,30 +8,25 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.errors import FailKind, UsageError
-from autotune.knobs import with_knobs
 from autotune.samplers import grid_space
 from autotune.space import baseline_params, param_name, user_arg
-from autotune.space_params import scaled_lr
 from autotune.study.math_class import (
     PRESERVING,
     Failure,
     failed_class,
     failures_of,
-    is_preserving,
     lr_rule,
     raised_lr_needed,
-    rule_lr,
     ruled_out_at_any_lr,
     same_question,
-    split_accumulation,
 )
 from autotune.study.memo import per_finished_trial
 from autotune.study.records import _baseline_pending
+from autotune.study.screen import MathContext, screen_order
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.ui import UI
 
@@ -163,86 +158,6 @@ def screen_points(
     points = [p for p in points if repr(sorted(p.items())) not in visited]
     random.Random(seed).shuffle(points)
     return points
-
-
-#: Most of a stage-1 plan that math-preserving configs take when math-changing ones are left to screen too (0..1).
-PRESERVE_SHARE = 2 / 3
-
-
-@dataclass(frozen=True)
-class MathContext:
-    """What stage 2 needs to tell math-preserving configs from math-changing ones (:mod:`autotune.study.math_class`).
-
-    Attributes:
-        baseline: The baseline config.
-        resolved: The study's resolved space.
-        rule: The lr rule of math-changing configs (``"linear"`` or ``"sqrt"``, :func:`lr_rule`).
-    """
-
-    baseline: TrialConfig
-    resolved: Mapping[str, Any]
-    rule: str
-
-    def config_of(self, params: Mapping[str, Any]) -> TrialConfig:
-        """The config of Optuna params (knobs the params leave out keep the baseline's values)."""
-        config = with_knobs(self.baseline, {k: v for k, v in params.items() if k != "lr_multiplier"})
-        if "lr_multiplier" in params and self.baseline.lr is not None:  # the space's lr_scaling
-            ratio = (config.effective_batch_size, self.baseline.effective_batch_size)
-            config = config.replace(lr=scaled_lr(self.baseline.lr, params["lr_multiplier"], *ratio, self.resolved["lr"]["scaling"]))
-        return config
-
-    def split(self, system: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The math-preserving params of a system config (the accumulation that keeps the baseline's
-        effective batch, :func:`split_accumulation`; the baseline's lr), or ``None`` when it has none."""
-        params = {**system, **fixed}
-        acc = split_accumulation(self.config_of(params), self.baseline, self.resolved.get("accumulate_grad_batches"))
-        if acc is None:
-            return None
-        if "accumulate_grad_batches" in params:
-            params["accumulate_grad_batches"] = acc
-        return params if is_preserving(self.config_of(params), self.baseline) else None
-
-    def first_point(self, system: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
-        """A math-changing system config's first full-budget params: the baseline's accumulation and
-        the lr :attr:`rule` gives its effective batch (on the space's grid: the nearest choice, or
-        clipped to the range). Under the space's ``lr_scaling``, multiplier 1 is that lr already."""
-        params = {**system, **fixed}
-        entry = self.resolved.get("lr")
-        if "lr" in params and entry is not None:
-            lr = rule_lr(self.config_of(params), self.baseline, self.rule)
-            if lr is not None:
-                if "choices" in entry:
-                    lr = min(entry["choices"], key=lambda c: abs(math.log(c / lr)) if c > 0 else math.inf)
-                else:
-                    lr = min(max(lr, entry["low"]), entry["high"])
-                params["lr"] = lr
-        return params
-
-    def raised_point(self, params: Mapping[str, Any], failures: Sequence[Failure]) -> dict[str, Any] | None:
-        """``params`` at the next lr up that the still-improving failures of its class leave open
-        (:func:`autotune.study.math_class.raised_lr_needed`): the grid's next choice, or in a range x sqrt(10)
-        (at most its top). ``None`` when none applies, ``lr`` is not searched itself (``lr_scaling``), no
-        larger lr is left, or another failure of the class rules the raised point out."""
-        entry = self.resolved.get("lr")
-        if "lr" not in params or entry is None:
-            return None
-        config = self.config_of(params)
-        needed = raised_lr_needed(config, failures, self.baseline, self.rule)
-        ruled = rule_lr(config, self.baseline, self.rule)
-        if needed is None or ruled is None:
-            return None
-        floor = ruled * needed * (1 + 1e-9)
-        if "choices" in entry:
-            above = sorted(c for c in entry["choices"] if c > floor)
-            if not above:
-                return None
-            lr = above[0]
-        else:
-            if floor >= entry["high"]:
-                return None
-            lr = min(floor * math.sqrt(10), entry["high"])
-        raised = {**params, "lr": lr}
-        return raised if failed_class(self.config_of(raised), failures, self.baseline, self.rule) is None else None
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -390,29 +305,6 @@ def class_failed(study, config: TrialConfig, settings: StudySettings) -> str | N
     return failed_class(config, failures_of(full), context.baseline, context.rule)
 
 
-def screen_order(points: Sequence[Mapping[str, Any]], n: int, fixed: Mapping[str, Any], context: MathContext) -> list[dict[str, Any]]:
-    """Stage 1's ``n`` screening params from :func:`screen_points`: math-preserving configs first (each
-    at the accumulation that keeps the baseline's effective batch, :meth:`MathContext.split`), at most
-    :data:`PRESERVE_SHARE` of ``n`` while math-changing configs are left to screen (at the baseline's
-    accumulation and the lr rule's lr, :meth:`MathContext.first_point`), each group in the points' order.
-
-    Args:
-        points: Unvisited system points, in their seeded order.
-        n: Screening runs (>= 0).
-        fixed: The baseline's Optuna params of the convergence knobs.
-        context: The study's :class:`MathContext`.
-    """
-    preserving, changing = [], []
-    for point in points:
-        params = context.split(point, fixed)
-        if params is not None:
-            preserving.append(params)
-        else:  # at the lr rule's lr: a run as long as the full budget is judged, and should be judged at it
-            changing.append(context.first_point(point, fixed))
-    take = min(len(preserving), max(math.ceil(PRESERVE_SHARE * n), n - len(changing)))
-    return (preserving[:take] + changing)[:n]
-
-
 def _convergence(resolved: Mapping[str, Any]) -> set:
     """Optuna parameter names of the convergence knobs: :data:`CONVERGENCE_KNOBS` and the user's constructor arguments."""
     return {param_name(name, resolved[name]) for name in resolved if name in CONVERGENCE_KNOBS or user_arg(name) is not None}
@@ -524,8 +416,11 @@ def _stages(study, settings: StudySettings, ui: UI, drain: Callable[..., int], a
     while left > 0:
         batch = stage2_round(study.get_trials(deepcopy=False), fixed, context=context)[:left]
         if not batch:
+            unscreened = len(_screen(study, settings) or [])
+            note = f" ({unscreened} system config(s) of the space were not screened)" if unscreened else ""
             ui.info(
-                f"staged search: no system config left that could beat the best feasible trial; the last {left} trial(s) sample every knob"
+                f"staged search: no screened system config left that could beat the best feasible trial{note}; "
+                f"the last {left} trial(s) sample every knob"
             )
             _hold(plan, [], left, 0)
             ran += drain(add=left)
