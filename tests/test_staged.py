@@ -88,7 +88,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     last_screen = max(t.number for t in trials if t.user_attrs.get("stage") == "system")
     after = [t for t in trials if t.number > last_screen]
     assert len(short) == 5 and 1 <= len(after) <= 3 and len(stage2) <= 3, listing
-    assert full or "no screened system config left that could beat the best feasible trial" in r.stdout, (listing, r.stdout[-3000:])
+    assert full or "no system config left that could beat the best feasible trial" in r.stdout, (listing, r.stdout[-3000:])
     assert all(t.number > last_screen for t in stage2)
     for t in short:  # accumulation at the baseline's, lr by the linear rule (tiny.py trains with SGD); a shorter budget, not judged
         rule = base.params["lr"] * (t.params["batch_size"] / 16)
@@ -109,7 +109,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     lines = r.stdout.splitlines()
     listed = sum(len(line.split(";")) for line in lines if line.startswith("staged search, stage 2 (math-changing): "))
     preserving = [line for line in lines if line.startswith("staged search, stage 2 (math-preserving")]
-    assert listed or preserving or "no screened system config left that could beat the best feasible trial" in r.stdout
+    assert listed or preserving or "no system config left that could beat the best feasible trial" in r.stdout
     assert all(s in fastest for s in systems[:listed])
     for t in full:  # judged at full budget, or not run because a config of its class failed with more optimizer steps
         assert "trial_samples" not in t.user_attrs
@@ -348,6 +348,40 @@ def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_opt
     # choosing the lr at the baseline's accumulation (a larger one would be fewer steps)
     assert stage2_round(trials, fixed, k=3, context=context) == [
         ({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1}, {"stage": "full"})]
+
+
+def test_when_no_screened_config_can_win_stage_2_runs_unscreened_ones_up_the_ladder_from_the_fastest_trial():
+    # a regression MLP's short search screened batch 64 alone above its baseline's 32, then sampled every
+    # knob at random; batch 128 at the rule's lr, never run, was 2.2x faster within the loss tolerance
+    from autotune.study import screen_points
+    from autotune.study.staged import stage2_round, unscreened_round
+
+    context, resolved = _context("sqrt")
+    fixed = {"accumulate_grad_batches": 1, "lr": 0.01}
+    lr64 = 0.01 * 2 ** 0.5
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),  # the baseline
+        _full({"batch_size": 32, "num_workers": 1, **fixed}, 80.0, 1, None, context, trial_samples=512),
+        _full({"batch_size": 16, "num_workers": 1, "accumulate_grad_batches": 2, "lr": 0.01}, 60.0, 2, None, context, trial_samples=512),
+        _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": lr64}, 500.0, 3, True, context),
+    ]
+    assert stage2_round(trials, fixed, context=context) == []  # batch 64 is solved, and nothing screened is faster
+    unscreened = screen_points(trials, resolved, {"lr", "accumulate_grad_batches"}, seed=0)
+    assert sorted((p["batch_size"], p["num_workers"]) for p in unscreened) == [(16, 0), (64, 1), (128, 0), (128, 1)]
+    round_ = unscreened_round(trials, unscreened, fixed, context)
+    # at the fastest trial's workers (0) first: the preserving split of batch 16, batch 128 at the sqrt rule's lr;
+    # then batch 64 with a worker; batch 128 with a worker asks batch 128's question again: not in this round
+    assert [(p["batch_size"], p["num_workers"], p["accumulate_grad_batches"]) for p, _ in round_] == [(16, 0, 2), (128, 0, 1), (64, 1, 1)]
+    assert round_[0][1] == {"stage": "full", "math": "preserving"} and round_[1][1] == {"stage": "full"}
+    assert round_[1][0]["lr"] == pytest.approx(0.02) and round_[0][0]["lr"] == 0.01
+    # from the fastest trial's knobs, not the baseline's: 1 worker measured fastest at full budget
+    quick = [*trials[:1], _full({"batch_size": 32, "num_workers": 1, **fixed}, 600.0, 1, True, context), *trials[2:]]
+    assert stage2_round(quick, fixed, context=context) == []
+    assert [(p["batch_size"], p["num_workers"]) for p, _ in unscreened_round(quick, unscreened, fixed, context)] == [(64, 1), (128, 1), (16, 0)]
+    # a batch-64 run that failed the loss (on a plateau) rules out batch 128 of its class at any lr, and batch 64 at its lr
+    failed = [*trials[:3], _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": lr64}, 500.0, 3, False, context)]
+    assert [(p["batch_size"], p["num_workers"]) for p, _ in unscreened_round(failed, unscreened, fixed, context)] == [(16, 0)]
+    assert unscreened_round(trials, [], fixed, context) == []
 
 
 def test_a_failed_run_whose_loss_was_still_falling_is_told_from_a_plateau_or_a_divergence():

@@ -118,10 +118,12 @@ def screen_order(points: Sequence[Mapping[str, Any]], n: int, fixed: Mapping[str
     return (preserving[:take] + batch_ladder(changing, context))[:n]
 
 
-def batch_ladder(points: Sequence[dict[str, Any]], context: MathContext) -> list[dict[str, Any]]:
-    """Math-changing screening params in ladder order: one per effective batch size, smallest first,
-    each at the fewest other system knobs changed from the baseline's (its workers, precision, ...),
-    then a second per batch size, and so on; ties keep ``points``' seeded order.
+def batch_ladder(
+    points: Sequence[dict[str, Any]], context: MathContext, reference: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Screening params in ladder order: one per effective batch size, smallest first, each at the
+    fewest other system knobs changed from ``reference``'s (its workers, precision, ...), then a
+    second per batch size, and so on; ties keep ``points``' seeded order.
 
     The effective batch is what decides a math-changing config's speed and whether it reaches the
     baseline's loss (McCandlish et al. 2018, *An Empirical Model of Large-Batch Training*: the gain
@@ -131,13 +133,18 @@ def batch_ladder(points: Sequence[dict[str, Any]], context: MathContext) -> list
     11 runs math-changing) on batch 512 twice and batch 128 with 2 workers; batch 256 was never run.
 
     Args:
-        points: Params of math-changing system configs (:meth:`MathContext.first_point`).
+        points: Optuna params of system configs (:meth:`MathContext.first_point`, :meth:`MathContext.split`).
         context: The study's :class:`MathContext`.
+        reference: Optuna params whose system knobs count as unchanged (default: the baseline's).
     """
-    base = baseline_params(context.resolved, context.baseline)
-    by_batch: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    base = dict(reference) if reference is not None else baseline_params(context.resolved, context.baseline)
+    ranked: dict[tuple[int, int], list[dict[str, Any]]] = {}  # (knobs changed, effective batch) -> points
     for point in points:
-        changed = sum(point.get(k) != base.get(k) for k in point if k != "batch_size" and k in base)
-        by_batch.setdefault(context.config_of(point).effective_batch_size, []).append((changed, point))
-    rungs = [[p for _, p in sorted(group, key=lambda item: item[0])] for _, group in sorted(by_batch.items())]
-    return [rung[i] for i in range(max(map(len, rungs), default=0)) for rung in rungs if i < len(rung)]
+        changed = sum(point.get(k) != base.get(k) for k in point if k not in _LADDER_FREE and k in base)
+        ranked.setdefault((changed, context.config_of(point).effective_batch_size), []).append(point)
+    order = sorted(((changed, i, batch), p) for (changed, batch), group in ranked.items() for i, p in enumerate(group))
+    return [p for _, p in order]
+
+
+#: Params the ladder does not count as changed knobs: the batch itself and what follows it.
+_LADDER_FREE = ("batch_size", "accumulate_grad_batches", "lr", "lr_multiplier")

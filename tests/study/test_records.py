@@ -108,6 +108,9 @@ def test_confirm_candidates_are_the_best_distinct_feasible_configs_without_the_b
     assert [t.number for t in confirm_candidates(study, settings, 2)] == [a.number, b.number]
     assert [t.number for t in confirm_candidates(study, settings, 10)] == [a.number, b.number, c.number]
     assert confirm_candidates(study, settings, 0) == []
+    # a config its own search run measured no faster than the baseline's is not raced (it would spend the budget)
+    add(study, 90.0, 1.0, batch_size=16, accumulate_grad_batches=2)
+    assert [t.number for t in confirm_candidates(study, settings, 10)] == [a.number, b.number, c.number]
 
 
 def test_confirmation_reads_the_races_of_the_latest_budget():
