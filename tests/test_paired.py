@@ -237,7 +237,9 @@ def test_a_same_math_candidate_whose_full_length_pairs_do_not_fit_races_on_short
     # 200 s of search allow 50 s: one full-length pair (4,096 / 100 + 4,096 / 200 = 61 s) does not fit
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])
     samples, source = confirm_samples(study, settings, None, same, base, 0.2)
-    assert samples == 666 and "down to 512: it keeps the baseline's math" in source  # 5 pairs of 666 samples: 50 s
+    assert samples == 666 and source == (  # 5 pairs of 666 samples: 50 s; not "--samples", which is longer
+        f"what fits 5 pairs of trial {same.number}'s config vs the baseline in 50 s, between 512 and --samples 4096: "
+        "it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check")
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 100.0}])  # 25 s: 5 pairs would need 256 samples
     samples, source = confirm_samples(study, settings, None, same, base, 0.2)
     assert samples == 512 and source.startswith(f"the shortest run a race of trial {same.number}'s config may train: about 3 pair(s) of 7.7 s fit in 25 s")

@@ -364,6 +364,25 @@ def test_a_paired_run_stopped_at_the_loss_target_says_how_many_samples_its_loss_
     assert _trained(SimpleNamespace(user_attrs={}), settings) == "1024 training samples"
 
 
+def test_the_header_compares_whole_budget_losses_when_a_paired_run_stopped_at_the_loss_target():
+    # a regression MLP's header read "val_loss 0.00312 vs baseline 0.003537": the baseline's paired run had
+    # stopped at the target, 15,360 of 16,384 samples in; its search trial's loss was 0.003252
+    from autotune.study.publish import _whole_runs
+
+    study = make_study()
+    base = add(study, 100.0, 0.003252, baseline=True)
+    cand = add(study, 300.0, 0.00312, batch_size=64, lr=0.1)
+    pair = {"confirm_samples": 16384, "pair_of": cand.number, "pair_index": 0, "incumbent": 0, "pair_cap": 6}
+    b_run = add(study, 100.0, 0.003537, attrs={**pair, "confirm_of": base.number, "stopped_at_target": True, "samples_seen": 15360})
+    c_run = add(study, 310.0, 0.00312, attrs={**pair, "confirm_of": cand.number}, batch_size=64, lr=0.1)
+    every = study.get_trials(deepcopy=False)
+    assert [t.number for t in _whole_runs(c_run, b_run, every)] == [cand.number, base.number]
+    unstopped = add(study, 100.0, 0.0034, attrs={**pair, "confirm_of": base.number})
+    every = study.get_trials(deepcopy=False)
+    assert [t.number for t in _whole_runs(c_run, unstopped, every)] == [c_run.number, unstopped.number]  # both whole: as they are
+    assert [t.number for t in _whole_runs(base, base, every)] == [base.number, base.number]  # no race won: the search trial
+
+
 def test_a_paired_ratio_that_rounds_to_one_reads_as_fast_not_faster():
     from autotune.summary import ratio_text
 

@@ -104,14 +104,20 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         training_length=(settings.model_info or {}).get("training_length"),
     )
     doc = {**user_config.get("extra", {}), **doc}
-    loss, b_loss = trial.user_attrs["loss"], baseline.user_attrs["loss"]
+    judged, b_judged = _whole_runs(trial, baseline, every)
+    loss, b_loss = judged.user_attrs["loss"], b_judged.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
     measured = speedup_line(confirmed_speed(study, settings, every), trial, baseline, settings.objective)
     header = [
         "autotune recommendation (LightningCLI config)",
         f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",
         measured,
-        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} ({tolerance_phrase(trial, settings)}), after {_trained(trial, settings)}",
+        f"{source}: {loss:.4g} vs baseline {b_loss:.4g} ({tolerance_phrase(trial, settings)}), after {_trained(judged, settings)}"
+        + (
+            ""
+            if judged is trial and b_judged is baseline
+            else f" (search trials {judged.number} and {b_judged.number}: a paired run stopped at the baseline's training loss)"
+        ),
         *confirmation_lines(confirmation(study, settings, every), settings.objective),
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
@@ -129,6 +135,22 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     check_out_path(out)
     write_private(out, render_yaml(doc, header, notes))
     return out
+
+
+def _whole_runs(trial, baseline, every) -> tuple[Any, Any]:
+    """The two runs whose losses the header compares: ``trial`` and ``baseline``, or, when either is a
+    paired run stopped at the baseline's training loss (:func:`autotune.study.racing.stop_target`),
+    the search trials of their configs (``confirm_of``), each at the whole budget: a stopped run's
+    loss is that of a shorter run (a regression MLP's header read ``val_loss 0.00312 vs baseline
+    0.003537``, the baseline's run stopped at 15,360 of 16,384 samples; its search trial had 0.003252)."""
+    if not any(t.user_attrs.get("stopped_at_target") for t in (trial, baseline)):
+        return trial, baseline
+    by_number = {t.number: t for t in every}
+    a = by_number.get(trial.user_attrs.get("confirm_of", trial.number), trial)
+    b = by_number.get(baseline.user_attrs.get("confirm_of", baseline.number), baseline)
+    if a.user_attrs.get("loss") is None or b.user_attrs.get("loss") is None:
+        return trial, baseline
+    return a, b
 
 
 def _trained(trial, settings) -> str:

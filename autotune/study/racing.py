@@ -138,8 +138,12 @@ def confirm_samples(
         if samples == short and pair > 0:
             fit = int((allowed - spent) // pair)
             said = f"the shortest run a race of trial {first.number}'s config may train: about {fit} pair(s) of {pair:.1f} s fit in {allowed - spent:.0f} s; it keeps the baseline's math, so its pairs measure samples/s"
-        else:
-            said += f" (down to {short}: it keeps the baseline's math, so its pairs measure samples/s, and the loss only as a sanity check)"
+        else:  # between the shortest run and --samples (not "--samples": it is shorter)
+            said = (
+                f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s, "
+                f"between {short} and --samples {settings.samples}: it keeps the baseline's math, so its pairs measure samples/s, "
+                "and the loss only as a sanity check"
+            )
     return samples, said
 
 

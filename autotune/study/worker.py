@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import StudyNotFoundError, UsageError
-from autotune.jobs import measure_busy_cores, prestart
+from autotune.jobs import measure_busy_cores, prestart, usable_cpus
 from autotune.nodes import NodeIdentity, follow
 from autotune.storage import check_writable, freeze_read_trials, mask_url, open_storage
-from autotune.study.plan import stopped_runs
+from autotune.study.plan import same_host_line, stopped_runs
 from autotune.study.queue import drain_queue
 from autotune.study.records import recommendation
 from autotune.study.search import SearchResult, _leader, _make_sampler, busy_cores_line
@@ -101,6 +101,9 @@ def run_worker(
     freeze_read_trials()
     n = len(study.get_trials(deepcopy=False))
     ui.info(f"worker on study {study.study_name!r} in {mask_url(storage_url)} ({n} trial{'' if n == 1 else 's'} so far)")
+    shared = same_host_line(study, len(usable_cpus())) if settings.hardware.get("accelerator", "cpu") == "cpu" else None
+    if shared:
+        ui.warn(shared)
     leader = _leader(study, settings, node_rank, node_group, "autotune worker", ui)
     if leader is not None and jobs != 1:  # a multi-node study (either end of it)
         raise UsageError(f"--jobs {jobs}: a multi-node trial takes whole nodes; use --jobs 1")
