@@ -185,10 +185,12 @@ def trial_log(trial, study_name: str) -> str:
 
 
 def confirm_candidates(study, settings: StudySettings, k: int) -> list:
-    """The ``k`` best distinct feasible configs of the search (by the objective) that rank above the
-    baseline's config, as frozen trials. A config whose own search run measured no better than the
-    baseline's is not raced: a regression MLP's confirmation spent its budget racing a math-preserving
-    config at 3,608 samples/s against the baseline's 5,976, and had none left for batch 128 at 13,062.
+    """The ``k`` best distinct feasible configs of the search (by the objective), baseline excluded, as
+    frozen trials. A config of the baseline's math whose own search run measured no better than the
+    baseline's is not raced (its race is on the same measure): a regression MLP's confirmation spent
+    its budget racing a math-preserving config at 3,608 samples/s against the baseline's 5,976, and
+    had none left for batch 128 at 13,062. One of other math is (its race is on the seconds to the
+    baseline's loss: a larger lr at the same speed can win it).
 
     Under ``throughput`` and ``goodput`` a candidate of other math than the baseline's is also raced on
     its seconds to the loss target (:func:`autotune.paired.judge`), so one whose own search trial was
@@ -207,13 +209,18 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     remaining = _search_records(study, every)
     seen = [every[baseline_info["trial"]].params]
     picked: list[Any] = []
+    below = False  # past the baseline's own search run in the ranking
+    base_config = every[baseline_info["trial"]].user_attrs.get("config")
     while len(picked) < k:
         best = recommend(remaining, baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
         if best is None:
             break
         remaining = [r for r in remaining if r.number != best.number]
         if best.number == baseline_info["trial"]:
-            break  # the baseline's search run: the rest measured no better than it in their own
+            below = True  # the baseline's search run: the rest measured no better than it in their own
+            continue
+        if below and _same_math(base_config, best_config := every[best.number].user_attrs.get("config")) and best_config:
+            continue  # the baseline's math, no faster in its own run: its race, on samples/s, would spend the budget
         if every[best.number].params not in seen:
             seen.append(every[best.number].params)
             picked.append(every[best.number])

@@ -175,7 +175,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     if confirm and leader is None:
         ui.info(
             f"plan: {add} trial(s) + up to {2 * opts.confirm_repeats * confirm} paired confirmation run(s) "
-            f"(up to {confirm} config(s), the best that are feasible and faster than the baseline, raced against it, at most {opts.confirm_repeats} pairs each), "
+            f"(up to {confirm} config(s), the best that are feasible, raced against the baseline, at most {opts.confirm_repeats} pairs each), "
             f"within {opts.confirm_share:.0%} of the run's wall time"
         )
     if space_line:
