@@ -625,6 +625,7 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["search", MODELS / "tiny.py", "--sampler", "bayes"], "unknown --sampler 'bayes'"),
         (["search", MODELS / "tiny.py", "--search", "staged", "--num-nodes", 2], "--search staged with --num-nodes 2: a multi-node study runs flat"),
         (["search", MODELS / "tiny.py", "--pruner", "xyz"], "unknown --pruner 'xyz'"),
+        (["search", MODELS / "tiny.py", "--objective", "thruput"], "not one of ['throughput', 'time-to-quality', 'goodput', 'pareto']; did you mean 'throughput'?"),
         (["search", MODELS / "tiny.py", "--memory-limit", -3], "--memory-limit must be > 0 GiB, got -3.0"),
     ],
 )

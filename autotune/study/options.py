@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,9 @@ def check_search_options(opts: SearchOptions) -> None:
     if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
         raise UsageError(f"--jobs {opts.jobs} with --num-nodes {opts.num_nodes}: a multi-node trial takes whole nodes; use --jobs 1")
     if opts.objective is not None and opts.objective not in OBJECTIVES:
-        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}")
+        close = difflib.get_close_matches(opts.objective, list(OBJECTIVES), n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}{hint}")
     if opts.mode is not None and opts.mode not in ("min", "max"):
         raise UsageError(f"--mode must be 'min' or 'max', got {opts.mode!r}")
     if opts.loss_tolerance is not None:

@@ -219,7 +219,8 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
         if best.number == baseline_info["trial"]:
             below = True  # the baseline's search run: the rest measured no better than it in their own
             continue
-        if below and _same_math(base_config, best_config := every[best.number].user_attrs.get("config")) and best_config:
+        best_config = every[best.number].user_attrs.get("config")
+        if below and best_config and _same_math(base_config, best_config):
             continue  # the baseline's math, no faster in its own run: its race, on samples/s, would spend the budget
         if every[best.number].params not in seen:
             seen.append(every[best.number].params)

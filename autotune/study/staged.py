@@ -272,12 +272,10 @@ def unscreened_round(
         context: The study's :class:`MathContext`.
         k: Trials per round.
     """
-    failures = failures_of(
-        [t for t in trials if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
-    )
+    failures = failures_of(_full_budget_runs(trials))
     best = top_system_configs(trials, k=1)
     candidates: list[dict[str, Any]] = []
-    preserving: set[int] = set()  # ids of the math-preserving candidates
+    preserving: list[dict[str, Any]] = []  # the math-preserving candidates
     for point in unscreened:
         split = context.split(point, fixed)
         params = split or context.first_point(point, fixed)
@@ -286,12 +284,12 @@ def unscreened_round(
             continue
         candidates.append(params)
         if split is not None:
-            preserving.add(id(params))
+            preserving.append(params)
     out: list[tuple[dict, dict]] = []
     for params in batch_ladder(candidates, context, best[0] if best else None):
         if len(out) == k:
             break
-        if id(params) in preserving:  # the baseline's math, judged already: speed alone
+        if any(params is p for p in preserving):  # the baseline's math, judged already: speed alone
             out.append((params, {"stage": "full", "math": PRESERVING}))
         elif not _twin_asked(params, out, context):  # one config per convergence question
             out.append((params, {"stage": "full"}))
@@ -342,12 +340,13 @@ def math_context(settings: StudySettings) -> tuple[MathContext, str]:
 def class_failed(study, config: TrialConfig, settings: StudySettings) -> str | None:
     """Why a stage-2 trial's config need not run (:func:`autotune.study.math_class.failed_class`), or ``None``."""
     context, _ = math_context(settings)
-    full = [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs
-    ]
-    return failed_class(config, failures_of(full), context.baseline, context.rule)
+    return failed_class(config, failures_of(_full_budget_runs(study.get_trials(deepcopy=False))), context.baseline, context.rule)
+
+
+def _full_budget_runs(trials: Sequence[Any]) -> list[Any]:
+    """The completed search trials of ``trials`` that trained the study's whole budget (no
+    confirmation run, no short stage-1 screen: ``trial_samples`` marks one)."""
+    return [t for t in trials if t.state.name == "COMPLETE" and "confirm_of" not in t.user_attrs and "trial_samples" not in t.user_attrs]
 
 
 def _convergence(resolved: Mapping[str, Any]) -> set:
