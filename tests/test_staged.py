@@ -318,6 +318,32 @@ def _full(params, sps, number, feasible, context, **attrs):
     return t
 
 
+def test_a_pass_at_a_larger_lr_or_batch_refutes_a_plateau_and_no_longer_rules_out_larger_batches():
+    from autotune.study.math_class import failed_class, failures_of, ruled_out_at_any_lr
+
+    context, _ = _context("sqrt")
+    base = context.baseline  # batch 32, lr 0.01
+    flat = [[x, 1.0] for x in range(0, 1024, 64)]  # a plateau: not still improving
+    plateau = _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.01}, 200.0, 3, False, context, loss_curve=flat)
+    alone = failures_of([plateau])
+    assert [(f.number, f.improving, f.refuted_by) for f in alone] == [(3, False, None)]
+    assert ruled_out_at_any_lr(base.replace(batch_size=128, lr=1.0), alone)  # a plateau alone: fewer steps fail at any lr
+    # batch 64 passed at twice the lr: the plateau was not its lr's limit
+    passed = _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.02}, 200.0, 4, True, context)
+    failures = failures_of([plateau, passed])
+    assert [(f.number, f.refuted_by) for f in failures] == [(3, 4)]
+    assert not ruled_out_at_any_lr(base.replace(batch_size=128, lr=1.0), failures)
+    # what it still rules out: as many or fewer steps at the same or a smaller lr multiplier
+    reason = failed_class(base.replace(batch_size=128, lr=0.01), failures, base, "sqrt")
+    assert reason is not None and "trial 3" in reason and "trial 4's pass" in reason
+    assert failed_class(base.replace(batch_size=128, lr=0.04), failures, base, "sqrt") is None  # a larger multiplier
+    # a pass of another class, or at a smaller lr, refutes nothing; a pass at a larger batch does, whatever its lr
+    other = _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.005}, 200.0, 5, True, context)
+    assert failures_of([plateau, other])[0].refuted_by is None
+    bigger = _full({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.001}, 200.0, 6, True, context)
+    assert failures_of([plateau, bigger])[0].refuted_by == 6
+
+
 def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_optimizer_steps():
     from autotune.study.math_class import Failure, failed_class, ruled_out_at_any_lr
     from autotune.study.staged import stage2_round

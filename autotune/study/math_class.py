@@ -191,11 +191,21 @@ class Failure(NamedTuple):
         config: Its config.
         improving: Its training loss was still falling at its end (:func:`still_improving`): it
             under-trained, so a larger lr may converge in the same or fewer optimizer steps.
+        refuted_by: A full-budget trial of its class that passed the loss with a larger effective
+            batch, or the same one at a larger lr (:func:`failures_of`), or ``None``. A plateau it
+            refutes rules out no more than a still-falling failure does (:func:`failed_class`).
     """
 
     number: int
     config: TrialConfig
     improving: bool = False
+    refuted_by: int | None = None
+
+    @property
+    def lr_bound(self) -> bool:
+        """Whether this failure rules out only the same or fewer steps at the same or a smaller lr
+        multiplier (:attr:`improving`, or a plateau :attr:`refuted_by` a pass), not a larger batch at any lr."""
+        return self.improving or self.refuted_by is not None
 
 
 def still_improving(curve: Sequence[Sequence[float]]) -> bool:
@@ -223,8 +233,34 @@ def still_improving(curve: Sequence[Sequence[float]]) -> bool:
 def failures_of(full: Sequence[Any]) -> list[Failure]:
     """The trials of ``full`` (frozen full-budget trials) that failed the loss tolerance, duplicates left
     out, each with whether its training loss (user attribute ``loss_curve``) was still falling at its end
-    (:func:`still_improving`)."""
-    return [f for f in map(_failure_of, full) if f is not None]
+    (:func:`still_improving`), and, for one that was not, the first trial of ``full`` that refutes its
+    plateau (:attr:`Failure.refuted_by`): of its class, within the loss tolerance (``feasible``), with a
+    larger effective batch, or the same one at a larger lr. A plateau reads as an lr already too large
+    for the run's steps; a pass with fewer steps, or a larger lr, shows it was not (a regression MLP:
+    batch 64 failed on a plateau at the rule's lr and passed at twice it, while its plateau had ruled
+    batch 128 out at any lr)."""
+    failures = [f for f in map(_failure_of, full) if f is not None]
+    passed = [
+        (t.number, TrialConfig.from_dict(t.user_attrs["config"]))
+        for t in full
+        if t.user_attrs.get("feasible") is True and "config" in t.user_attrs and "duplicate_of" not in t.user_attrs
+    ]
+    out = []
+    for f in failures:
+        if not f.improving:
+            by = next((number for number, ok in passed if _refutes(ok, f.config)), None)
+            f = f._replace(refuted_by=by)
+        out.append(f)
+    return out
+
+
+def _refutes(passed: TrialConfig, failed: TrialConfig) -> bool:
+    """Whether a pass of ``passed`` shows that ``failed``'s plateau was no lr too large for its steps (:func:`failures_of`)."""
+    if not _same_class(passed, failed):
+        return False
+    if passed.effective_batch_size != failed.effective_batch_size:
+        return passed.effective_batch_size > failed.effective_batch_size
+    return passed.lr is not None and failed.lr is not None and passed.lr > failed.lr and not _same_lr(passed.lr, failed.lr)
 
 
 @per_finished_trial
@@ -246,7 +282,8 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
     - **Still improving** (:attr:`Failure.improving`: it under-trained): every config with the same
       or a larger effective batch (the same or fewer optimizer steps) at the same or a smaller lr
       multiplier (:func:`lr_multiplier`); a larger lr may still converge.
-    - **Otherwise** (a plateau or a divergence: its lr was already too large for its steps): every
+    - **Otherwise** (a plateau or a divergence: its lr was already too large for its steps, unless a
+      pass refutes it, :attr:`Failure.refuted_by`, when it rules out what a still-falling one does): every
       config with a larger effective batch, whatever its lr, and every config with the same
       effective batch at the same or a larger lr multiplier; the same steps at a smaller lr may still
       converge.
@@ -261,7 +298,7 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
         The one-line reason stored on the skipped trial, or ``None`` (run it).
     """
     mine = lr_multiplier(config, baseline, rule)
-    for number, failed, improving in failures:
+    for number, failed, improving, refuted_by in failures:
         if not _same_class(failed, config):
             continue
         theirs = lr_multiplier(failed, baseline, rule)
@@ -269,10 +306,15 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
             f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
             f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget"
         )
-        if improving:
+        if improving or refuted_by is not None:
+            how = (
+                "with its loss still falling"
+                if improving
+                else f"(on a plateau, which trial {refuted_by}'s pass showed was not its lr's limit)"
+            )
             if config.effective_batch_size >= failed.effective_batch_size and mine <= theirs * (1 + 1e-9):
                 return (
-                    f"{what} with its loss still falling, and this config trains the same samples in as many or fewer "
+                    f"{what} {how}, and this config trains the same samples in as many or fewer "
                     f"optimizer steps (effective batch {config.effective_batch_size}) at the same or a smaller lr multiplier (x{mine:.3g})"
                 )
             continue
@@ -298,8 +340,7 @@ def ruled_out_at_any_lr(config: TrialConfig, failures: Iterable[Failure]) -> boo
         failures: As for :func:`failed_class`.
     """
     return any(
-        not improving and _same_class(failed, config) and config.effective_batch_size > failed.effective_batch_size
-        for _, failed, improving in failures
+        not f.lr_bound and _same_class(f.config, config) and config.effective_batch_size > f.config.effective_batch_size for f in failures
     )
 
 
@@ -315,9 +356,9 @@ def raised_lr_needed(config: TrialConfig, failures: Iterable[Failure], baseline:
         rule: The lr rule.
     """
     needed = [
-        lr_multiplier(failed, baseline, rule)
-        for _, failed, improving in failures
-        if improving and _same_class(failed, config) and config.effective_batch_size >= failed.effective_batch_size
+        lr_multiplier(f.config, baseline, rule)
+        for f in failures
+        if f.lr_bound and _same_class(f.config, config) and config.effective_batch_size >= f.config.effective_batch_size
     ]
     return max(needed) if needed else None
 
