@@ -328,7 +328,9 @@ def judge(
     known = [p for p in pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
     if quality and len(known) == n and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0:
         mine, theirs = statistics.median(p.candidate_reach for p in known), statistics.median(p.incumbent_reach for p in known)
-        return verdict("loss", f"slower to the baseline's training loss: median {mine:.3g} s against the incumbent's {theirs:.3g} s")
+        return verdict(
+            "loss", f"slower to the baseline's training loss: median {_seconds(mine)} against the incumbent's {_seconds(theirs)}"
+        )
     if mean - half > threshold and (sign_p <= SIGN_ALPHA or better == n == 2):  # 2 of 2: the t bound alone
         return verdict("win", f"better in {better} of {n} pairs, interval above {1 + min_effect:.2f}x")
     if mean + half < threshold:
@@ -336,6 +338,11 @@ def judge(
     if n >= max_pairs:
         return verdict("undecided", f"{n} pairs (the cap) without a decision: not shown {min_effect:.0%} better")
     return verdict("running")
+
+
+def _seconds(value: float) -> str:
+    """``"1.23 s"``, or ``"never (not reached, nor on course to be)"`` for an infinite time to the target."""
+    return f"{value:.3g} s" if math.isfinite(value) else "never (not reached, nor on course to be)"
 
 
 def chain(verdicts: Sequence[Verdict]) -> tuple[float, float, float, int]:

@@ -10,6 +10,7 @@ none of their callers imports another's module.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "input_bound_line",
     "no_curve_line",
     "quality_line",
+    "race_line",
     "ratio_text",
     "speedup_line",
     "timed_caveat",
@@ -82,10 +84,30 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
             how = f"running ({race.pending} run(s) queued)"
         else:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
-        figure = f", {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, versus)}" if v.pairs else f" vs {versus}"
         longer = f" ({race.samples} samples per run)" if race.samples != confirmed.samples else ""
-        lines.append(f"race: trial {race.candidate}'s config{figure}{longer}: {how}")
+        lines.append(race_line(race.candidate, v, objective, versus, longer, how))
     return lines
+
+
+def race_line(candidate: int, verdict: Any, objective: str, versus: str, longer: str, how: str) -> str:
+    """One race's line: ``"race: trial 6's config, 1.62x faster [...] over 4 pair(s) of runs vs the
+    baseline: win: ..."``; a race lost on the loss leads with that, its ratio after as what it was
+    on (a new user read "2.35x faster" as the verdict of a race lost on its time to the loss).
+
+    Args:
+        candidate: The candidate's trial number.
+        verdict: The race's :class:`autotune.paired.Verdict`.
+        objective: The study's objective.
+        versus: What it raced (``"the baseline"``, ``"trial 3's config"``).
+        longer: ``" (N samples per run)"`` when its runs were not the confirmation's length, else ``""``.
+        how: The outcome and its reason (``"win: better in 2 of 2 pairs, ..."``).
+    """
+    if not verdict.pairs:
+        return f"race: trial {candidate}'s config vs {versus}{longer}: {how}"
+    figure = ratio_text(verdict.ratio, verdict.low, verdict.high, verdict.pairs, objective, versus)
+    if verdict.decided and verdict.outcome == "loss":
+        return f"race: trial {candidate}'s config{longer}: {how}; on {objective} alone it was {figure}"
+    return f"race: trial {candidate}'s config, {figure}{longer}: {how}"
 
 
 def _unconfirmed_line(confirmed: Any, objective: str) -> str:
@@ -100,7 +122,7 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
             f"so no race ran: the baseline is recommended (1.00x); {room}"
         )
     stopped = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs]
-    ahead = [r for r in stopped if r.verdict.ratio > 1]
+    ahead = [r for r in stopped if r.verdict.ratio > 1 and not _behind_on_loss(r)]
     if ahead:
         v = ahead[0].verdict
         return (
@@ -109,14 +131,32 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
         )
     if stopped:  # behind when stopped: no speed-up in sight, but not shown slower either
         v = stopped[0].verdict
+        late = (
+            ", but slower to the baseline's training loss in its pair(s), so a longer race would not likely win it"
+            if _behind_on_loss(stopped[0])
+            else ""
+        )
         return (
             f"not confirmed: the confirmation budget stopped trial {stopped[0].candidate}'s race before a decision, "
-            f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}: the baseline is recommended (1.00x)"
+            f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}{late}: the baseline is recommended (1.00x)"
         )
     return (
         f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "
         "the baseline is recommended (1.00x)"
     )
+
+
+def _behind_on_loss(race: Any) -> bool:
+    """Whether a race judged on the loss (:attr:`autotune.study.races.Race.quality`) had its candidate
+    slower to the study's loss target than its incumbent in the median of the pairs that know both
+    runs' times (:attr:`autotune.paired.Pair.candidate_reach`; ``inf``: never reached): ahead on
+    samples/s, it would still lose its race on the loss."""
+    from autotune.paired import log_ratio
+
+    if not race.quality:
+        return False
+    known = [p for p in race.pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
+    return bool(known) and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0
 
 
 def frontier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -200,7 +240,12 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
     if "target_reached" not in trial.user_attrs or theirs is None:
         return None
     if mine is None:
-        return "time to the baseline's training loss: never reached (its curve is not falling)"
+        from autotune.objective import NEVER_FACTOR
+
+        return (
+            "time to the baseline's training loss: never (not reached in its run, and its curve, extrapolated against "
+            f"log samples, is not falling or would need more than {NEVER_FACTOR:g}x its samples)"
+        )
     how = "reached" if trial.user_attrs["target_reached"] else "extrapolated from its curve"
     line = f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}, within the loss tolerance): {mine:.3g} s ({how})"
     if trial.number == baseline.number:  # the baseline recommended: nothing to compare with

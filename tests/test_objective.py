@@ -334,6 +334,9 @@ def test_the_quality_line_of_a_recommended_baseline_does_not_compare_it_with_its
     assert quality_line(faster, base).endswith("5.1 s (reached) vs 9.18 s for the baseline = 1.80x faster")
     line = quality_line(base, base)
     assert line.endswith("9.18 s (reached)") and "faster" not in line and "vs" not in line
+    never = SimpleNamespace(number=4, user_attrs={"time_to_target": None, "target_reached": False, "loss_target": 0.12})
+    line = quality_line(never, base)
+    assert line.startswith("time to the baseline's training loss: never (not reached in its run") and "not falling or would need more than" in line
 
 
 def test_input_bound_line_does_not_suggest_workers_a_paired_race_did_not_show_faster():

@@ -55,6 +55,8 @@ class Race:
         missing: ``(pair index, role)`` of the runs the next pair still needs (role ``incumbent`` or
             ``candidate``), in the order they run; empty when every started pair has its two runs.
         next_index: The index of the next pair to start.
+        quality: Its candidate changes the incumbent's math, so the race judges the seconds to the
+            study's loss target (:func:`judge_race`), not the objective value alone.
     """
 
     incumbent: int
@@ -66,6 +68,7 @@ class Race:
     pending: int = 0
     missing: tuple[tuple[int, str], ...] = ()
     next_index: int = 0
+    quality: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -230,7 +233,9 @@ def _race(
     )
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
-    return Race(incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0)
+    return Race(
+        incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0, quality
+    )
 
 
 #: What a timed race's reason adds (:func:`judge_race`).

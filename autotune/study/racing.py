@@ -36,7 +36,7 @@ from autotune.study.queue import drain_queue
 from autotune.study.races import Race, budget_of, races_of, won_chain
 from autotune.study.records import UNRACED_ATTR, _budget, confirm_candidates
 from autotune.study.settings import BASELINE_ATTR, StudySettings
-from autotune.summary import ratio_text
+from autotune.summary import race_line
 from autotune.ui import UI
 
 __all__ = [
@@ -327,11 +327,9 @@ def race_candidates(
                 )
                 break
             v = race.verdict
-            figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, versus) if v.pairs else f"vs {versus}"
             longer = f" ({length} samples per run)" if length != samples else ""
-            ui.info(
-                f"race: trial {candidate.number}'s config, {figure}{longer}: {v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
-            )
+            how = f"{v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
+            ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how))
             if v.outcome == "win":
                 incumbent = candidate
             if race.stopped:

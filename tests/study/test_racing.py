@@ -245,3 +245,32 @@ def test_a_shortened_confirmation_races_a_later_config_of_other_math_at_the_sear
     assert "(1024 to 2048 samples per run)" in confirmation_lines(confirmed, "throughput")[0]
     recommended, baseline = recommendation(study, settings)
     assert recommended.user_attrs["confirm_of"] == other.number and baseline.number == 0  # the baseline's own 2,048-sample run
+
+
+def test_a_race_of_other_math_behind_on_the_loss_is_not_called_ahead_and_its_loss_leads_its_line():
+    from autotune.study.records import confirmation
+    from autotune.summary import confirmation_lines
+
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    bigger = add(study, 200.0, batch_size=64, lr=0.2)  # other math: judged on the seconds to the loss target
+    # one pair, 2x the samples/s, but it never reached the baseline's loss: a longer race would not make room for a win
+    race(study, bigger.number, [100.0], [200.0], reach=([0.65], [None]))
+    (line, *races) = confirmation_lines(confirmation(study, settings), "throughput")
+    assert line.startswith(f"not confirmed: the confirmation budget stopped trial {bigger.number}'s race before a decision"), line
+    assert "slower to the baseline's training loss in its pair(s)" in line and "--confirm-share" not in line, line
+    # decided: two pairs, lost on the loss; the line leads with the loss, the samples/s after it as what they were
+    lost = make_study()
+    add(lost, 100.0, baseline=True)
+    bigger = add(lost, 200.0, batch_size=64, lr=0.2)
+    race(lost, bigger.number, [100.0, 100.0], [200.0, 230.0], reach=([0.65, 0.7], [None, None]))
+    (line, *races) = confirmation_lines(confirmation(lost, settings), "throughput")
+    assert races[0].startswith(f"race: trial {bigger.number}'s config: loss: slower to the baseline's training loss: median never"), races
+    assert "; on throughput alone it was 2.1" in races[0] and "x faster" in races[0], races
+    # a race of the baseline's math ahead when stopped still says what makes room: its reach is not judged
+    same = make_study()
+    add(same, 100.0, baseline=True)
+    workers = add(same, 150.0, num_workers=2)
+    race(same, workers.number, [100.0], [150.0], reach=([0.65], [None]))
+    assert "--confirm-share 0.3" in confirmation_lines(confirmation(same, settings), "throughput")[0]
