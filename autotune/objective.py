@@ -413,6 +413,7 @@ def input_bound_advice(
     other_workers: Mapping[int, float] | None = None,
     samples_per_sec: float | None = None,
     raced: Mapping[int, str] | None = None,
+    elsewhere: str | None = None,
 ) -> str | None:
     """Whether a config is input-bound, and which DataLoader knobs to widen.
 
@@ -448,6 +449,9 @@ def input_bound_advice(
         raced: Each ``num_workers`` raced against the config in paired runs and not shown faster, to
             the race's figure (``"1.00x as fast [0.91x, 1.10x] over 2 pair(s) of runs vs ..."``);
             ``None`` or empty when none was.
+        elsewhere: What the study measured of more ``num_workers`` with other knobs, when it was
+            slower in every such comparison (a phrase), or ``None``; used only when neither
+            ``other_workers`` nor ``raced`` says anything: more workers are then not suggested.
 
     Returns:
         One line of advice, or ``None`` when the config is not input-bound.
@@ -486,6 +490,8 @@ def input_bound_advice(
     elif raced:
         races = "; ".join(f"{w}: {text}" for w, text in sorted(raced.items()))
         has = f"; other num_workers were raced against this config in paired runs and not shown faster ({races})"
+    elif elsewhere:
+        has = f"; {elsewhere}"
     elif top is None:
         knobs.append(f"more num_workers (this config uses {workers})")
     elif workers < top:
@@ -507,7 +513,11 @@ def input_bound_advice(
     head = f"input-bound: {share} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
     cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
     if not knobs:
-        rest = "no other DataLoader setting is left to try" if measured or raced else "the other DataLoader settings are at theirs"
+        rest = (
+            "no other DataLoader setting is left to try"
+            if measured or raced or elsewhere
+            else "the other DataLoader settings are at theirs"
+        )
         return f"{head}{has}, and {rest}; {cheaper}"
     return f"{head}{has}; {verb}: {', '.join(knobs)}; or {cheaper}"
 

@@ -287,8 +287,9 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
             weighs against its samples/s (a confirmation run's is the search trial it confirms):
             those at the study's budget, else short screening runs (samples/s is a rate, measured
             after the warm-up either way). A trial with other knobs (another batch size or
-            precision) is never weighed: its speed says nothing about workers. Empty: nothing
-            measured is weighed.
+            precision) is not weighed against ``trial``, but when no trial of ``trial``'s knobs ran
+            other workers, more workers are not suggested if they measured slower in every other
+            config that ran both (:func:`_slower_elsewhere`). Empty: nothing measured is weighed.
     """
     from autotune.objective import input_bound_advice
 
@@ -300,8 +301,9 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     config = trial.user_attrs.get("config", {})
     other, sps = _other_workers(trial, config, trials)
     raced = _raced_workers(trial, config, trials, settings)
+    elsewhere = None if other or raced else _slower_elsewhere(config, trials)
     return input_bound_advice(
-        trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps, raced
+        trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps, raced, elsewhere
     )
 
 
@@ -365,6 +367,36 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
         w = int(t.user_attrs["config"]["num_workers"])
         other[w] = max(other.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
     return other, (float(sps) if sps else None)
+
+
+def _slower_elsewhere(config: Mapping[str, Any], trials: Sequence[Any]) -> str | None:
+    """What the study measured of more ``num_workers`` than ``config`` has with other knobs, when every
+    such comparison found them slower, or ``None``: for each other config of the study's completed
+    full-budget search trials measured with ``config``'s workers and with more, every other knob alike,
+    the best samples/s of each. A config no trial ran with other workers is otherwise told to add some
+    that the same batch at another lr had measured 3x slower (a new user's in-memory tabular model)."""
+    workers = int(config.get("num_workers") or 0)
+    groups: dict[str, dict[int, float]] = {}
+    for t in trials:
+        cfg, sps = t.user_attrs.get("config"), t.user_attrs.get("samples_per_sec")
+        if t.state.name != "COMPLETE" or {"confirm_of", "duplicate_of", "trial_samples"} & t.user_attrs.keys() or not cfg or not sps:
+            continue
+        group = groups.setdefault(repr(sorted(_without_workers(cfg).items())), {})
+        w = int(cfg.get("num_workers") or 0)
+        group[w] = max(group.get(w, 0.0), float(sps))
+    compared: list[tuple[float, int, float]] = []  # (samples/s with the config's workers, more workers, theirs)
+    for group in groups.values():
+        counts = [w for w in group if w > workers]
+        if workers in group and counts:
+            best = max(counts, key=lambda w: group[w])
+            compared.append((group[workers], best, group[best]))
+    if not compared or any(theirs > own for own, _, theirs in compared):
+        return None
+    own, more, theirs = max(compared, key=lambda c: c[2] / c[0])
+    return (
+        f"more num_workers measured slower with other knobs in each of the {len(compared)} config(s) of this study that ran both "
+        f"(at best {more}: {theirs:,.0f} samples/s vs {own:,.0f} with {workers})"
+    )
 
 
 def no_curve_line(trials: Sequence[Any], monitor: str) -> str | None:

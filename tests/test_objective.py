@@ -378,3 +378,25 @@ def test_input_bound_line_says_a_race_of_other_workers_that_was_ahead_was_stoppe
     trials = study.get_trials(deepcopy=False)
     line = input_bound_line(trials[0], settings, trials)
     assert "(2: 1.64x faster" in line and "undecided: the confirmation budget stopped its race (--confirm-share 0.3" in line, line
+
+
+def test_input_bound_line_does_not_suggest_workers_that_measured_slower_with_every_other_knobs_tried():
+    from autotune.summary import input_bound_line
+    from tests.study.helpers import add, make_settings, make_study
+
+    space = {"num_workers": {"low": 0, "high": 2}}
+    settings = make_settings(space=space)
+    study = make_study(space=space)
+    add(study, 12133.0, baseline=True, attrs={"data_wait_fraction": 0.25})  # batch 32, 0 workers
+    add(study, 3391.0, num_workers=1)  # the baseline's knobs with 1 worker: slower
+    big = add(study, 20000.0, batch_size=64, lr=0.2, attrs={"data_wait_fraction": 0.25})  # recommended: no other workers ran
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[big.number], settings, trials)
+    assert "widen: num_workers" not in line, line
+    assert "more num_workers measured slower with other knobs in each of the 1 config(s) of this study that ran both" in line
+    assert "(at best 1: 3,391 samples/s vs 12,133 with 0)" in line
+    # one comparison where more workers were faster: the space's room is suggested again
+    add(study, 9000.0, batch_size=16, num_workers=0)
+    add(study, 15000.0, batch_size=16, num_workers=2)
+    trials = study.get_trials(deepcopy=False)
+    assert "widen: num_workers (this config uses 0, the space allows up to 2)" in input_bound_line(trials[big.number], settings, trials)
