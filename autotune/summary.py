@@ -372,14 +372,14 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
 def _slower_elsewhere(config: Mapping[str, Any], trials: Sequence[Any]) -> str | None:
     """What the study measured of more ``num_workers`` than ``config`` has with other knobs, when every
     such comparison found them slower, or ``None``: for each other config of the study's completed
-    full-budget search trials measured with ``config``'s workers and with more, every other knob alike,
-    the best samples/s of each. A config no trial ran with other workers is otherwise told to add some
+    search trials (short screening runs too: samples/s is a rate after the warm-up) measured with
+    ``config``'s workers and with more, every other knob alike, the best samples/s of each. A config no trial ran with other workers is otherwise told to add some
     that the same batch at another lr had measured 3x slower (a new user's in-memory tabular model)."""
     workers = int(config.get("num_workers") or 0)
     groups: dict[str, dict[int, float]] = {}
     for t in trials:
         cfg, sps = t.user_attrs.get("config"), t.user_attrs.get("samples_per_sec")
-        if t.state.name != "COMPLETE" or {"confirm_of", "duplicate_of", "trial_samples"} & t.user_attrs.keys() or not cfg or not sps:
+        if t.state.name != "COMPLETE" or {"confirm_of", "duplicate_of"} & t.user_attrs.keys() or not cfg or not sps:
             continue
         group = groups.setdefault(repr(sorted(_without_workers(cfg).items())), {})
         w = int(cfg.get("num_workers") or 0)
