@@ -366,3 +366,17 @@ def test_the_table_says_by_how_much_an_infeasible_trial_missed_the_loss_and_agai
     assert notes[other.number].endswith("loss +20% vs the baseline's (limit +5%)")
     assert notes[same.number].endswith("loss +28% vs the baseline's (limit +15%)") and notes[same.number].startswith("same math")
     assert "loss" not in notes[fine.number] and "loss" not in notes[0]
+
+
+def test_a_near_tie_of_the_baseline_s_math_is_raced_only_when_no_other_candidate_is():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    far = add(study, 60.0, 1.0, precision="bf16-mixed")  # the baseline's math, far slower in its one run: not raced
+    settings = _settings(study)
+    assert confirm_candidates(study, settings, 3) == []
+    near = add(study, 93.0, 1.0, num_workers=2)  # within 10% of the baseline's run: its race tells gain from noise
+    assert [t.number for t in confirm_candidates(study, settings, 3)] == [near.number]
+    assert confirm_candidates(study, settings, 0) == []
+    faster = add(study, 150.0, 1.0, batch_size=64)  # another candidate: the budget goes to it, not to the near tie
+    assert [t.number for t in confirm_candidates(study, settings, 3)] == [faster.number]
+    assert far.number not in [t.number for t in confirm_candidates(study, settings, 3)]
