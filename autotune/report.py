@@ -449,7 +449,8 @@ class ConsoleUI:
                 training = sum(r["training_seconds"] for r in parts)
                 run["overhead_fraction"] = 1.0 - training / (run["wall_seconds"] * run["jobs"]) if run["wall_seconds"] > 0 else 0.0
             self.console.print(
-                f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s ({run['launch']} trial processes, {run['jobs']} job(s)); "
+                f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s of trials, confirmation runs included (its start-up and "
+                f"model inspection not counted; {run['launch']} trial processes, {run['jobs']} job(s)); "
                 f"{run['overhead_fraction']:.0%} of it outside training steps",
                 markup=False,
             )

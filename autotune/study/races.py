@@ -238,6 +238,9 @@ def _race(
     )
 
 
+#: What the reason of a race of other math judged on the objective value adds (:func:`judge_race`): a
+#: new user's race of another batch and lr read "1.70x faster" with no word that it was samples/s.
+UNTIMED = "on {figure}, not on the seconds to the baseline's training loss: not every run has a finite time to it (no loss curve, or never reached)"
 #: What a timed race's reason adds (:func:`judge_race`).
 TIMED = "in seconds to the baseline's training loss: the two configs' training math differs"
 
@@ -266,7 +269,7 @@ def judge_race(
     one (the issue's rule: the math-changing knobs are judged on time-to-quality). Its ratio is then
     how many times sooner it reached the baseline's loss, and the reason says so. Without those times
     (a run with no loss curve) it falls back to the objective value with ``quality``'s veto (slower to
-    the target in the median pair: a loss).
+    the target in the median pair: a loss), and its reason says so (:data:`UNTIMED`).
 
     ``searched`` (the incumbent's and the candidate's search trials, each ``None`` unless it trained as
     many samples as the race's runs) and ``settings`` (for the objective) add those trials' figures to
@@ -279,7 +282,11 @@ def judge_race(
         # a race of other math may have stopped its runs at the loss target, short of its search trial's samples
         extra = ([], []) if quality or settings is None else ([_value(inc_search, settings)], [_value(cand_search, settings)])
         replicates = replicate_ss([[p.incumbent for p in pairs] + extra[0], [p.candidate for p in pairs] + extra[1]])
-        return judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality, replicates=replicates)
+        verdict = judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality, replicates=replicates)
+        if quality and pairs and verdict.reason and verdict.outcome != "loss":  # say what it was judged on instead
+            figure = "goodput" if settings is not None and settings.objective == "goodput" else "samples/s"
+            verdict = replace(verdict, reason=f"{verdict.reason} ({UNTIMED.format(figure=figure)})")
+        return verdict
     by_time = [replace(p, incumbent=p.incumbent_reach, candidate=p.candidate_reach) for p in pairs]
     replicates = replicate_ss(
         [[p.incumbent for p in by_time] + [_reach(t) for t in (inc_search,) if t is not None],

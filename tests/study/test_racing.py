@@ -274,3 +274,20 @@ def test_a_race_of_other_math_behind_on_the_loss_is_not_called_ahead_and_its_los
     workers = add(same, 150.0, num_workers=2)
     race(same, workers.number, [100.0], [150.0], reach=([0.65], [None]))
     assert "--confirm-share 0.3" in confirmation_lines(confirmation(same, settings), "throughput")[0]
+
+
+def test_a_race_of_other_math_without_times_to_the_target_says_it_was_judged_on_samples_per_second():
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    bigger = add(study, 200.0, batch_size=64, lr=0.2)  # other math, but its runs have no loss curve to time
+    race(study, bigger.number, [100.0, 101.0], [200.0, 205.0])
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert got.verdict.outcome == "win" and not got.verdict.timed
+    assert "(on samples/s, not on the seconds to the baseline's training loss: not every run has a finite time" in got.verdict.reason
+    same = make_study()
+    add(same, 100.0, baseline=True)
+    workers = add(same, 200.0, num_workers=2)  # the baseline's math: samples/s is its measure, nothing to add
+    race(same, workers.number, [100.0, 101.0], [200.0, 205.0])
+    (got,) = races_of(same.get_trials(deepcopy=False), settings)
+    assert got.verdict.outcome == "win" and "not on the seconds" not in got.verdict.reason
