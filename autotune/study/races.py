@@ -283,7 +283,7 @@ def judge_race(
         extra = ([], []) if quality or settings is None else ([_value(inc_search, settings)], [_value(cand_search, settings)])
         replicates = replicate_ss([[p.incumbent for p in pairs] + extra[0], [p.candidate for p in pairs] + extra[1]])
         verdict = judge(pairs, maximize, tolerance, mode, failed=failed, max_pairs=max_pairs, quality=quality, replicates=replicates)
-        if quality and pairs and verdict.reason and verdict.outcome != "loss":  # say what it was judged on instead
+        if quality and pairs and verdict.reason and verdict.outcome not in ("loss", "failed"):  # say what it was judged on instead
             figure = "goodput" if settings is not None and settings.objective == "goodput" else "samples/s"
             verdict = replace(verdict, reason=f"{verdict.reason} ({UNTIMED.format(figure=figure)})")
         return verdict
