@@ -320,10 +320,14 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
     proxy = OutageProxy(("127.0.0.1", 5432))
     try:
         url = fresh_database.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-        search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 1024, "--storage", url, "--study-name", "outage",
-                         "--out", tmp_path / "outage.yaml"], tmp_path, {"AUTOTUNE_STORAGE_RETRY": retry})
-        _wait_for_study(fresh_database, "outage")
-        time.sleep(2.0)
+        search = _spawn(["search", MODELS / "tiny.py", "--trials", 4, "--samples", 1024, "--confirm", 0, "--storage", url,
+                         "--study-name", "outage", "--out", tmp_path / "outage.yaml"], tmp_path, {"AUTOTUNE_STORAGE_RETRY": retry})
+        study = _wait_for_study(fresh_database, "outage")
+        # cut it as the first trial ends, with 3 left to tell: after a fixed 2 s a quiet machine had
+        # finished the whole search (rc 0 and no line: the outage never met it)
+        deadline = time.monotonic() + 120
+        while not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         cut = threading.Thread(target=proxy.outage, args=(outage,), daemon=True)
         start = time.monotonic()
         cut.start()
