@@ -97,6 +97,7 @@ __all__ = [
     "log_ratio",
     "replicate_ss",
     "runs_first",
+    "slower_to_target",
 ]
 
 #: Smallest speed-up a candidate must be shown to have (a fraction; 0.05 = 5%, see the module docstring).
@@ -325,8 +326,8 @@ def judge(
         return verdict("running")
     if constraint_value(mine, theirs, tolerance, mode) > 0:
         return verdict("loss", f"median paired loss {mine:.4g} above the incumbent's {theirs:.4g} + {tolerance:.0%}")
-    known = [p for p in pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
-    if quality and len(known) == n and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0:
+    known = _timed(pairs)
+    if quality and len(known) == n and slower_to_target(known):
         mine, theirs = statistics.median(p.candidate_reach for p in known), statistics.median(p.incumbent_reach for p in known)
         return verdict(
             "loss", f"slower to the baseline's training loss: median {_seconds(mine)} against the incumbent's {_seconds(theirs)}"
@@ -338,6 +339,18 @@ def judge(
     if n >= max_pairs:
         return verdict("undecided", f"{n} pairs (the cap) without a decision: not shown {min_effect:.0%} better")
     return verdict("running")
+
+
+def _timed(pairs: Sequence[Pair]) -> list[Pair]:
+    """The pairs that know both runs' seconds to the loss target (``inf`` counts: never reached)."""
+    return [p for p in pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
+
+
+def slower_to_target(pairs: Sequence[Pair]) -> bool:
+    """Whether the candidate was slower to the loss target than the incumbent in the median of the
+    pairs that know both runs' seconds to it (``False`` when none does)."""
+    known = _timed(pairs)
+    return bool(known) and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0
 
 
 def _seconds(value: float) -> str:

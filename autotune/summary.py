@@ -10,7 +10,6 @@ none of their callers imports another's module.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -151,12 +150,9 @@ def _behind_on_loss(race: Any) -> bool:
     slower to the study's loss target than its incumbent in the median of the pairs that know both
     runs' times (:attr:`autotune.paired.Pair.candidate_reach`; ``inf``: never reached): ahead on
     samples/s, it would still lose its race on the loss."""
-    from autotune.paired import log_ratio
+    from autotune.paired import slower_to_target
 
-    if not race.quality:
-        return False
-    known = [p for p in race.pairs if not (math.isnan(p.incumbent_reach) or math.isnan(p.candidate_reach))]
-    return bool(known) and statistics.median(log_ratio(p.incumbent_reach, p.candidate_reach, False) for p in known) < 0
+    return race.quality and slower_to_target(race.pairs)
 
 
 def frontier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:

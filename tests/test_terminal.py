@@ -28,48 +28,14 @@ def realistic_study(storage=None):
     MFU and time to target, an OOM with a long reason, a duplicate, the extended space's knobs."""
     study = make_study(storage)
     add(study, 918.25, 0.5012, baseline=True, attrs={"mfu": 0.0412, "target_reached": True, "time_to_target": 14.2, "loss_target": 0.5012})
-    add(
-        study,
-        1234567.8,
-        0.5123,
-        batch_size=256,
-        precision="bf16-mixed",
-        accumulate_grad_batches=4,
-        num_workers=2,
-        lr=0.0123456,
-        attrs={"mfu": 0.4567, "target_reached": True, "time_to_target": 4.91, "loss_target": 0.5012},
-    )
-    add(
-        study,
-        None,
-        None,
-        state="FAIL",
-        batch_size=512,
-        precision="16-mixed",
-        num_workers=4,
-        attrs={"fail_kind": "oom", "fail_reason": "oom: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity)"},
-    )
-    add(
-        study,
-        45000.0,
-        0.9876,
-        batch_size=128,
-        precision="32-true",
-        lr=0.31,
-        attrs={"target_reached": False, "time_to_target": 123.0, "loss_target": 0.5012},
-    )
+    add(study, 1234567.8, 0.5123, batch_size=256, precision="bf16-mixed", accumulate_grad_batches=4, num_workers=2, lr=0.0123456,
+        attrs={"mfu": 0.4567, "target_reached": True, "time_to_target": 4.91, "loss_target": 0.5012})
+    add(study, None, None, state="FAIL", batch_size=512, precision="16-mixed", num_workers=4,
+        attrs={"fail_kind": "oom", "fail_reason": "oom: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity)"})
+    add(study, 45000.0, 0.9876, batch_size=128, precision="32-true", lr=0.31, attrs={"target_reached": False, "time_to_target": 123.0, "loss_target": 0.5012})
     add(study, 45000.0, 0.9876, batch_size=128, precision="32-true", lr=0.31, attrs={"duplicate_of": 3})
-    add(
-        study,
-        7000.5,
-        0.5,
-        batch_size=64,
-        precision="bf16-true",
-        accumulate_grad_batches=8,
-        compile="max-autotune",
-        model_args={"hidden": 16},
-        attrs={"mfu": 0.2},
-    )
+    add(study, 7000.5, 0.5, batch_size=64, precision="bf16-true", accumulate_grad_batches=8, compile="max-autotune",
+        model_args={"hidden": 16}, attrs={"mfu": 0.2})
     add(study, 99999.0, 0.505, batch_size=32, precision="16-mixed", num_workers=3, lr=0.00501, attrs={"mfu": 0.301})
     return study
 
@@ -206,9 +172,8 @@ def test_the_live_view_fits_the_terminal_and_never_splits_a_value(width):
 
 def test_a_pipe_takes_the_width_of_COLUMNS_else_160(tmp_path):
     db = tmp_path / "s.db"
-    optuna.copy_study(
-        from_study_name=(s := realistic_study()).study_name, from_storage=s._storage, to_storage=f"sqlite:///{db}", to_study_name="s"
-    )
+    optuna.copy_study(from_study_name=(s := realistic_study()).study_name, from_storage=s._storage,
+                      to_storage=f"sqlite:///{db}", to_study_name="s")
     narrow = run_cli(["show", db], cwd=tmp_path, env={"COLUMNS": "80"}, check_rc=0).stdout
     # (the sentences under the table stay one line each, for grep)
     table = narrow[: narrow.index("OOM frontier:")]
@@ -234,13 +199,8 @@ def long_study(tmp_path_factory):
 
 def _autotune(args, **kwargs):
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_STORAGE", "PYTHONUNBUFFERED")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "autotune", *map(str, args)],
-        env={**env, **kwargs.pop("env", {})},
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,
-    )
+    return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], env={**env, **kwargs.pop("env", {})},
+                            stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
@@ -287,23 +247,17 @@ def test_the_run_line_describes_this_process_s_run_not_a_worker_s_that_ended_lat
     study = realistic_study()
     settings = make_settings()
     record = {"jobs": 1, "launch": "warm", "training_seconds": 1.0, "overhead_fraction": 0.5, "stage": "search"}
-    study.set_user_attr(
-        "runs",
-        [
-            {**record, "trials": 3, "wall_seconds": 10.0, "run_id": f"{os.getpid()}-1"},
-            {**record, "trials": 1, "wall_seconds": 4.0, "run_id": f"{os.getpid()}-1", "stage": "confirm"},
-            {**record, "trials": 2, "wall_seconds": 11.3, "run_id": None},  # a worker's, appended last
-        ],
-    )
+    study.set_user_attr("runs", [
+        {**record, "trials": 3, "wall_seconds": 10.0, "run_id": f"{os.getpid()}-1"},
+        {**record, "trials": 1, "wall_seconds": 4.0, "run_id": f"{os.getpid()}-1", "stage": "confirm"},
+        {**record, "trials": 2, "wall_seconds": 11.3, "run_id": None},  # a worker's, appended last
+    ])
     recommended, baseline = recommendation(study, settings)
     ui = ConsoleUI()
     out = io.StringIO()
     ui.console = Console(file=out, width=200)
     ui.summary(study, settings, recommended, baseline, None)
-    assert (
-        "this run: 4 trial(s) in 14.0 s of trials, confirmation runs included (its start-up and model inspection not counted"
-        in out.getvalue()
-    )
+    assert "this run: 4 trial(s) in 14.0 s of trials, confirmation runs included (its start-up and model inspection not counted" in out.getvalue()
 
 
 def test_a_trial_that_did_not_complete_shows_its_samples_per_sec_in_parentheses():
@@ -388,10 +342,7 @@ def test_a_paired_run_shorter_than_the_search_s_says_how_many_samples_it_trained
     race(study, cand.number, [100.0, 101.0], [300.0, 302.0], samples=512)  # a same-math race on shorter runs
     race(study, cand.number, [100.0], [300.0], samples=1024)
     notes = [r["note"] for r in trial_rows(study) if "confirms" in r["note"]]
-    assert notes[:2] == [
-        f"confirms #0 (pair 0 of #{cand.number}, 512 samples)",
-        f"confirms #{cand.number} (pair 0 of #{cand.number}, 512 samples)",
-    ]
+    assert notes[:2] == [f"confirms #0 (pair 0 of #{cand.number}, 512 samples)", f"confirms #{cand.number} (pair 0 of #{cand.number}, 512 samples)"]
     assert notes[-1] == f"confirms #{cand.number} (pair 0 of #{cand.number})"  # as long as the search's runs: no label
 
 
@@ -403,16 +354,8 @@ def test_a_paired_run_stopped_at_the_loss_target_says_how_many_samples_its_loss_
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     cand = add(study, 300.0, 1.0, batch_size=64, lr=0.1)
-    attrs = {
-        "confirm_of": cand.number,
-        "confirm_samples": 1024,
-        "pair_of": cand.number,
-        "pair_index": 0,
-        "incumbent": 0,
-        "pair_cap": 6,
-        "stopped_at_target": True,
-        "samples_seen": 1533,
-    }
+    attrs = {"confirm_of": cand.number, "confirm_samples": 1024, "pair_of": cand.number, "pair_index": 0, "incumbent": 0,
+             "pair_cap": 6, "stopped_at_target": True, "samples_seen": 1533}
     stopped = add(study, 310.0, 1.3, attrs=attrs, batch_size=64, lr=0.1)
     (row,) = [r for r in trial_rows(study) if r["number"] == stopped.number]
     assert "stopped at the loss target (1,533 samples)" in row["note"]

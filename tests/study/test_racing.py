@@ -32,16 +32,8 @@ def test_runs_stopped_at_the_target_are_judged_on_the_seconds_to_it_not_on_their
         cand = add(study, 400.0, batch_size=64, lr=0.2)
         # the candidate ends at a higher loss than the baseline (1.2 vs 1.0, past the 5% tolerance) but reached the
         # study's loss target 5x sooner in both pairs: stopped there, the final losses say nothing
-        race(
-            study,
-            cand.number,
-            [100.0, 102.0],
-            [400.0, 398.0],
-            incumbent_loss=1.0,
-            candidate_loss=1.2,
-            reach=([6.0, 6.2], [1.2, 1.25]),
-            stopped=stopped,
-        )
+        race(study, cand.number, [100.0, 102.0], [400.0, 398.0], incumbent_loss=1.0, candidate_loss=1.2,
+             reach=([6.0, 6.2], [1.2, 1.25]), stopped=stopped)
         (got,) = races_of(study.get_trials(deepcopy=False), settings)
         assert got.verdict.outcome == outcome, got.verdict
     assert 4.5 < races_of(study.get_trials(deepcopy=False), settings)[0].verdict.ratio < 5.5
@@ -67,9 +59,7 @@ def test_a_pair_is_expected_to_take_each_trial_s_overhead_plus_its_samples_and_s
     # stopped at the target: the baseline trains to 800 samples, the candidate to the quarter of its run checked first
     assert abs(pair_seconds(settings, samples, (base, fast), True) - (3.0 + 8.0 + 1.0 + samples / 4 / 400.0)) < 1e-9
     never = trial(3.0 + samples / 100.0, 100.0, time_to_target=float("inf"), target_reached=False)
-    assert (
-        abs(pair_seconds(settings, 2 * samples, (never, fast), True) - (3.0 + 2 * samples / 100.0 + 1.0 + 2 * samples / 4 / 400.0)) < 1e-9
-    )
+    assert abs(pair_seconds(settings, 2 * samples, (never, fast), True) - (3.0 + 2 * samples / 100.0 + 1.0 + 2 * samples / 4 / 400.0)) < 1e-9
 
 
 def test_a_later_race_starts_only_when_the_pairs_it_needs_fit_the_first_when_one_does():
