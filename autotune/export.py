@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.lightning_cli import set_dotted
+from autotune.lightning_cli import get_dotted, set_dotted
 
 __all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml", "training_length_line"]
 
@@ -261,10 +261,9 @@ def config_from_lightning_cli(
             key = f"{arg[0]}_args"
             changes[key] = {**(changes.get(key) or getattr(baseline, key) or {}), arg[1]: args[arg[1]]}
     for knob, target in targets.items():
-        section = document.get(target["owner"]) or {}
-        args = section.get("init_args", section) if isinstance(section, Mapping) else {}
-        if target["how"] == "init" and target["name"] in args:
-            changes[knob] = args[target["name"]]
+        value = get_dotted(document, f"{target['owner']}.{target['name']}") if target["how"] == "init" else None
+        if value is not None:
+            changes[knob] = value
     for key, kind in (("batch_size", int), ("accumulate_grad_batches", int), ("num_workers", int), ("lr", float), ("devices", int)):
         if key in changes:
             value = changes[key]

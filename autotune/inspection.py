@@ -33,7 +33,10 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     to the training DataLoader itself (a ``"loader"`` target, see
     :func:`autotune.dataloaders.loader_targets`); where even that cannot be done, the knob is left out of
     ``targets`` and ``model_info["unreachable"]`` says why (the space drops it with that line), and
-    the baseline's batch size is the one the loader yields.
+    the baseline's batch size is the one the loader yields. ``lr`` goes to the config's ``optimizer:``
+    section when it names a class; else to a constructor argument ``lr``/``learning_rate``; else to
+    the ``lr`` of the one optimizer the module takes as an argument (``OptimizerCallable``,
+    ``model.<arg>.init_args.lr``); a module taking several has its lr unreachable, with that reason.
 
     Raises:
         UsageError: The model file or config is unusable, or the batch size can be neither set nor
@@ -54,9 +57,17 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     model, datamodule = built.model, built.datamodule
     targets = locate_knobs(model_cls, data_cls, model, datamodule)
     optimizer = built.config.get("optimizer")
+    callables = _optimizer_arguments(built.config.get("model"))
+    lr_unreachable = None
     if isinstance(optimizer, Mapping) and optimizer.get("class_path"):
         # the config picks the optimizer (LightningCLI replaces configure_optimizers): lr is its argument
         targets["lr"] = KnobTarget("lr", "optimizer", "init", "lr")
+    elif len(callables) == 1 and ("lr" not in targets or targets["lr"].how != "init"):
+        # an optimizer callable the module takes (OptimizerCallable): lr is the optimizer's argument
+        targets["lr"] = KnobTarget("lr", "model", "init", f"{next(iter(callables))}.lr")
+        optimizer = next(iter(callables.values()))
+    elif len(callables) > 1 and "lr" not in targets:
+        lr_unreachable = f"the model takes {len(callables)} optimizers ({', '.join(callables)}): autotune sets one lr, not several"
     owner = "data" if datamodule is not None else "model"
     train_samples, loader, problem = _train_loader(datamodule if datamodule is not None else model)
     # a batch size or worker count hard-coded in train_dataloader(): the trial rebuilds the DataLoader
@@ -64,7 +75,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     targets.update(reached)
     baseline = _baseline(spec, built, model_cls, data_cls, targets, loader, unreachable)
     model_info = _model_info(model_cls, data_cls, model, user_config, loader)
-    model_info["unreachable"] = unreachable
+    model_info["unreachable"] = {**unreachable, **({"lr": lr_unreachable} if lr_unreachable else {})}
     model_info["links"] = built.links
     # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
     # the model's configure_optimizers returns when it runs without a Trainer, else None
@@ -86,6 +97,30 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
             "data": [p for p in init_params(data_cls) if p != "self"] if data_cls else [],
         },
     }
+
+
+def _optimizer_arguments(model_config: Any) -> dict[str, Mapping[str, Any]]:
+    """The LightningModule's constructor arguments that the parsed config gives an optimizer class
+    with an ``lr`` (LightningCLI's ``OptimizerCallable`` pattern: ``optimizer: {class_path:
+    torch.optim.AdamW, init_args: {lr: ...}}``, or the argument's default class), name to its
+    ``{class_path, init_args}``; ``{}`` when there are none."""
+    import importlib
+
+    import torch
+
+    args = model_config.get("init_args", model_config) if isinstance(model_config, Mapping) else {}
+    found: dict[str, Mapping[str, Any]] = {}
+    for name, value in (args if isinstance(args, Mapping) else {}).items():
+        if not (isinstance(value, Mapping) and isinstance(value.get("class_path"), str) and "lr" in (value.get("init_args") or {})):
+            continue
+        module, _, attr = value["class_path"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except Exception:  # a class path the parser accepted but this process cannot import: not ours to judge
+            continue
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
+            found[name] = value
+    return found
 
 
 def _optimizer_class(model: Any) -> str | None:
@@ -143,6 +178,7 @@ def _baseline(
     """
     from autotune.dataloaders import dataloader_batch_size
     from autotune.knob_targets import read_knob
+    from autotune.lightning_cli import get_dotted
 
     model, datamodule = built.model, built.datamodule
     baseline: dict[str, Any] = {}
@@ -150,7 +186,7 @@ def _baseline(
         if target.how == "loader":  # (a DataLoader given a BatchSampler has batch_size None: the sampler's)
             baseline[knob] = dataloader_batch_size(loader) if knob == "batch_size" else loader.num_workers
             continue
-        parsed = _parsed_value(built.config, f"{target.owner}.{target.name}") if target.how == "init" else None
+        parsed = get_dotted(built.config, f"{target.owner}.{target.name}") if target.how == "init" else None
         baseline[knob] = parsed if parsed is not None else read_knob(target, model, datamodule)
     if "batch_size" not in targets:  # not searched: the baseline (and every trial) runs the loader's own
         baseline["batch_size"] = dataloader_batch_size(loader) if loader is not None else None
@@ -198,18 +234,6 @@ def _check_untyped_arguments(model_cls: Any, data_cls: Any, document: Mapping[st
         ]
         if missing:
             raise UsageError(f"{cls.__name__} needs argument(s) {missing} (no default); give them in a --config YAML under {section}:")
-
-
-def _parsed_value(config: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted path of a parsed LightningCLI config (through ``init_args``), or ``None``."""
-    node: Any = config
-    for key in path.split("."):
-        if isinstance(node, Mapping) and "init_args" in node and key not in node:
-            node = node["init_args"]
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node
 
 
 def _train_loader(holder: Any) -> tuple[int | None, Any, str | None]:

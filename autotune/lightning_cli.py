@@ -33,6 +33,7 @@ __all__ = [
     "cli_overrides",
     "cli_scripts",
     "find_cli_class",
+    "get_dotted",
     "imports_model",
     "load_cli_class",
     "load_spec",
@@ -273,6 +274,19 @@ def set_dotted(document: dict[str, Any], path: str, value: Any) -> None:
                 node["init_args"] = {}
             node = node["init_args"]
     node[keys[-1]] = value
+
+
+def get_dotted(config: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted ``path`` of a LightningCLI config (parsed or as written), going through
+    ``init_args`` where a section names its class (the inverse of :func:`set_dotted`), or ``None``."""
+    node: Any = config
+    for key in path.split("."):
+        if isinstance(node, Mapping) and "init_args" in node and key not in node:
+            node = node["init_args"]
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 def cli_overrides(values: Mapping[str, Any]) -> list[str]:

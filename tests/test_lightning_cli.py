@@ -147,6 +147,45 @@ def test_a_cli_project_trains_its_config_in_every_trial_and_the_export_builds_th
                      "precision": config["precision"], "max_epochs": 100}
 
 
+def test_an_optimizer_callable_of_the_module_gets_the_trials_lr_and_the_export_keeps_its_class(tmp_path, cli):
+    # Lightning's dependency-injection style: Net(optimizer: OptimizerCallable), picked under model: in the config
+    project = _project(tmp_path, "cli_callable")
+    (project / "space.yaml").write_text("batch_size: [32, 64]\nlr: {low: 0.5, high: 2.0, log: true, relative: true}\n")
+    r = cli("search", "model.py", "--config", "config.yaml", "--space", "space.yaml", "--trials", 3, "--samples", 1024,
+            "--confirm", 0, cwd=project, check_rc=0)
+    assert "dropped 'lr'" not in r.stdout + r.stderr
+    study = load(project / "studies" / "cli_callable.db", "cli_callable")
+    autotune = study.user_attrs["autotune"]
+    assert autotune["targets"]["lr"] == {"knob": "lr", "owner": "model", "how": "init", "name": "optimizer.lr"}
+    trials = _complete(study)
+    assert trials[0].user_attrs["config"]["lr"] == pytest.approx(0.003)  # the baseline: the config's, not torch's default
+    assert len(trials) == 3 and len({t.user_attrs["config"]["lr"] for t in trials}) > 1
+    for t in trials:
+        ran, config = t.user_attrs["metrics"], t.user_attrs["config"]
+        assert ran["ran_adamw"] == 1.0 and ran["ran_weight_decay"] == pytest.approx(0.05)  # the config's class and arguments
+        assert ran["ran_initial_lr"] == pytest.approx(config["lr"], rel=1e-6)  # lr tunes model.optimizer.init_args.lr
+    doc = yaml.safe_load((project / "studies" / "cli_callable.best.yaml").read_text())
+    optimizer = doc["model"]["optimizer"]
+    recommended = next(t for t in trials if t.number == _recommended_number(study))
+    assert optimizer["class_path"] == "torch.optim.AdamW" and optimizer["init_args"]["weight_decay"] == 0.05
+    assert optimizer["init_args"]["lr"] == pytest.approx(recommended.user_attrs["config"]["lr"])
+
+
+def test_a_module_with_two_optimizer_callables_has_its_lr_dropped_with_the_reason(tmp_path, monkeypatch):
+    from autotune.inspection import inspect_model
+
+    project = _project(tmp_path, "cli_callable")
+    model = project / "model.py"
+    model.write_text(model.read_text().replace("        hidden: int = 32,\n",
+                                               "        hidden: int = 32,\n        critic: OptimizerCallable = torch.optim.SGD,\n"))
+    for name in ("model", "train"):
+        monkeypatch.setitem(sys.modules, name, None)
+        monkeypatch.delitem(sys.modules, name)
+    report = inspect_model({"model_file": str(model), "config_file": str(project / "config.yaml")})
+    assert "lr" not in report["targets"]
+    assert report["model_info"]["unreachable"]["lr"] == "the model takes 2 optimizers (critic, optimizer): autotune sets one lr, not several"
+
+
 def _recommended_number(study):
     from autotune.study import recommendation
     from autotune.study.settings import settings_of
