@@ -384,6 +384,8 @@ class ConsoleUI:
                 feasible = " [short run: loss not judged]"
             if "pair_of" in attrs:  # its own budget: its loss is judged against its pair's, in the race
                 feasible = " [paired run]"
+            if "duplicate_of" in attrs:  # nothing ran: the figures are the earlier trial's
+                feasible = f" [not run: trial {attrs['duplicate_of']}'s figures, the same config]"
             self.info(
                 f"  -> {attrs['samples_per_sec']:,.0f} samples/s, {attrs.get('loss_source')} {attrs['loss']:.4g}, "
                 f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"

@@ -70,6 +70,10 @@ def test_without_a_terminal_each_trial_is_one_line_start_and_one_line_end(capsys
     assert any(line.startswith("  -> 1,000 samples/s, val_loss 0.5") for line in lines)
     assert "trial 1: batch_size=16 precision=32-true accumulate_grad_batches=1 num_workers=0 lr=0.05" in lines
     assert "  -> FAIL: oom: CUDA out of memory" in lines
+    duplicate = _trial(2, 1000.0, 0.5)
+    duplicate.user_attrs["duplicate_of"] = 0  # a config trial 0 measured: not trained again
+    ui.trial_finished(duplicate)
+    assert capsys.readouterr().out.splitlines()[-1].endswith(" [not run: trial 0's figures, the same config]")
     quiet = make_ui(quiet=True)
     quiet.trial_started(0, _config(16), True)
     assert capsys.readouterr().out == ""

@@ -376,6 +376,24 @@ def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_opt
         ({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1}, {"stage": "full"})]
 
 
+def test_without_lr_in_the_space_a_config_that_failed_at_full_budget_is_not_proposed_again():
+    # a new user's search without lr: stage 2 proposed batch 128 a second time, a duplicate that took one of --trials
+    from autotune.study.screen import MathContext
+    from autotune.study.staged import stage2_round
+
+    _, resolved = _context("sqrt")
+    resolved = {k: v for k, v in resolved.items() if k != "lr"}
+    context = MathContext(TrialConfig(batch_size=32, lr=0.01), resolved, "sqrt")
+    fixed = {"accumulate_grad_batches": 1}
+    trials = [
+        _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),  # the baseline
+        _full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 1, None, context, trial_samples=512),
+    ]
+    assert stage2_round(trials, fixed, context=context) == [({"batch_size": 128, "num_workers": 0, **fixed}, {"stage": "full"})]
+    trials.append(_full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, False, context))  # failed the loss
+    assert stage2_round(trials, fixed, context=context) == []  # nothing left to vary: not the same config again
+
+
 def test_when_no_screened_config_can_win_stage_2_runs_unscreened_ones_up_the_ladder_from_the_fastest_trial():
     # a regression MLP's short search screened batch 64 alone above its baseline's 32, then sampled every
     # knob at random; batch 128 at the rule's lr, never run, was 2.2x faster within the loss tolerance

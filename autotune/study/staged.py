@@ -247,6 +247,8 @@ def stage2_round(
         # done: the sampler chooses the lr, at the baseline's accumulation (a larger one trains fewer
         # optimizer steps, which failed_class rules out once the class failed)
         again = {**system, **({k: v for k, v in fixed.items() if k == "accumulate_grad_batches"} if context is not None else {})}
+        if done and not set(fixed) - set(again):
+            continue  # no convergence knob left for the sampler (lr is not searched): it could only ask the same config again
         point = again if done else first
         if context is None or not _twin_asked(point, out, context):
             out.append((point, {"stage": "full"}))
