@@ -131,8 +131,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
             note = (f"{note} {_loss_change(attrs, study_attrs)}").strip()
         if "seeded_from" in attrs:
             note = ("--enqueue " + note).strip()
-        if t.number == recommended_number:
-            note = ("recommended " + note).strip()
+        if t.number == recommended_number:  # a race's winner: its paired run closest to its median, not its fastest
+            note = ("recommended " + ("(its median paired run) " if "pair_of" in attrs else "") + note).strip()
         rows.append(
             {
                 "number": t.number,

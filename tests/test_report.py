@@ -285,3 +285,22 @@ def test_a_trial_failed_as_stale_shows_its_reason_from_the_study():
     rows = {r["number"]: r for r in trial_rows(study)}
     assert rows[stale.number]["fail_reason"] == "stale: its worker stopped sending heartbeats; retried once"
     assert rows[0]["fail_reason"] is None  # a completed trial has none, whatever the study holds
+
+
+def test_a_race_winners_row_says_it_is_its_median_paired_run():
+    """A new user read the recommended row, a paired run at the confirmation budget, as "the slowest run"."""
+    from study.helpers import add, make_study, race
+
+    from autotune.report import trial_rows
+    from autotune.study import recommendation
+    from autotune.study.settings import settings_of
+
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    candidate = add(study, 300.0, batch_size=64)
+    race(study, candidate.number, [100.0, 101.0, 99.0], [200.0, 210.0, 190.0])
+    recommended, _ = recommendation(study, settings_of(study))
+    assert recommended.user_attrs["pair_of"] == candidate.number
+    rows = {r["number"]: r for r in trial_rows(study, recommended.number)}
+    assert rows[recommended.number]["note"].startswith(f"recommended (its median paired run) confirms #{candidate.number}")
+    assert rows[candidate.number]["note"] == ""  # the search trial it confirms is not the recommendation
