@@ -102,7 +102,7 @@ def max_epochs_line(settings: StudySettings) -> str | None:
         return None
     return (
         f"your max_epochs={user} covers {user * int(train):,} training samples, fewer than --samples {settings.samples}: "
-        f"trials raise it to the {needed} epochs their budget needs (the export keeps max_epochs={user})"
+        f"trials raise it to {needed} epochs, enough for their budget (counting only whole batches per epoch; the export keeps max_epochs={user})"
     )
 
 
