@@ -123,24 +123,50 @@ def _optimizer_arguments(model_config: Any) -> dict[str, Mapping[str, Any]]:
     return found
 
 
+class _StandInTrainer:
+    """What a ``configure_optimizers`` that reads ``self.trainer`` before training mostly reads (a
+    OneCycleLR's ``total_steps=self.trainer.estimated_stepping_batches``): plausible figures, only so
+    that the optimizer's class can be read (:func:`_optimizer_class`); nothing trains with them."""
+
+    estimated_stepping_batches = 1000
+    max_steps = 1000
+    max_epochs = 10
+    num_training_batches = 100
+    accumulate_grad_batches = 1
+    world_size = num_devices = num_nodes = 1
+    global_rank = local_rank = current_epoch = global_step = 0
+
+
 def _optimizer_class(model: Any) -> str | None:
     """The class path of the first optimizer ``model.configure_optimizers()`` returns (read with
-    Lightning's own parser of its return value), or ``None`` when it cannot run before training (it
-    reads ``self.trainer``, e.g. for a scheduler's total steps) or returns none."""
+    Lightning's own parser of its return value), or ``None`` when it returns none or cannot run before
+    training. One that reads ``self.trainer`` (a scheduler's total steps) runs again with a
+    :class:`_StandInTrainer` attached, which is detached after."""
     import warnings
 
-    try:
-        from lightning.pytorch.core.optimizer import _configure_optimizers
+    from lightning.pytorch.core.optimizer import _configure_optimizers
 
+    def first() -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             optimizers, _, _ = _configure_optimizers(model.configure_optimizers())
+        if not optimizers:
+            return None
+        kind = type(optimizers[0])
+        return f"{kind.__module__}.{kind.__qualname__}"
+
+    try:
+        return first()
+    except Exception:
+        pass
+    attached = getattr(model, "_trainer", None)
+    try:
+        model.trainer = _StandInTrainer()
+        return first()
     except Exception:
         return None
-    if not optimizers:
-        return None
-    kind = type(optimizers[0])
-    return f"{kind.__module__}.{kind.__qualname__}"
+    finally:
+        model.trainer = attached
 
 
 def training_length(trainer: Mapping[str, Any]) -> dict[str, Any]:

@@ -345,13 +345,28 @@ def test_a_constructor_that_raises_in_a_trial_fails_the_trial_classified_as_what
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_inspection_records_the_optimizer_configure_optimizers_returns_when_it_runs_before_training():
     """The lr rule of --search staged follows the optimizer's family: SGD's class is read from the
-    model's own configure_optimizers; one that needs the Trainer (a OneCycle schedule's total steps)
-    leaves it unknown instead of failing the inspection."""
-    from autotune.inspection import inspect_model
+    model's own configure_optimizers; one that reads the Trainer (a OneCycle schedule's total steps: a
+    new user's SGD model got the Adam-family rule) runs with a stand-in Trainer attached, detached
+    after; one that needs more than the stand-in has leaves it unknown instead of failing the inspection."""
+    import lightning.pytorch as pl
+    import torch
+
+    from autotune.inspection import _optimizer_class, inspect_model
 
     models = Path(__file__).parent / "models"
     assert inspect_model({"model_file": str(models / "tiny.py")})["model_info"]["optimizer"] == "torch.optim.sgd.SGD"
-    assert inspect_model({"model_file": str(models / "schedulers.py")})["model_info"]["optimizer"] is None
+    assert inspect_model({"model_file": str(models / "schedulers.py")})["model_info"]["optimizer"] == "torch.optim.sgd.SGD"
+
+    class ReadsItsData(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def configure_optimizers(self):
+            return torch.optim.RMSprop(self.parameters(), lr=1e-3 * self.trainer.datamodule.scale)
+
+    model = ReadsItsData()
+    assert _optimizer_class(model) is None and model._trainer is None  # no stand-in left attached
 
 
 @pytest.mark.parametrize(

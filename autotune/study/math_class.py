@@ -96,7 +96,7 @@ def lr_rule(space_scaling: str, optimizer: str | None) -> tuple[str, str]:
     family: ``linear`` for SGD (Goyal et al. 2017), ``sqrt`` for Adam and other adaptive methods
     (Malladi et al. 2022; Hoffer et al. 2017); ``sqrt`` when the optimizer or its family is unknown (the
     inspection knows it when a LightningCLI config names it, or when the model's ``configure_optimizers``
-    runs without a Trainer).
+    runs before training, with a stand-in Trainer where it reads one).
 
     Args:
         space_scaling: The space's ``lr_scaling`` (``none``, ``linear``, ``sqrt``).
