@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -378,13 +378,35 @@ def build(
                 reason = lines[found + 1] if found + 1 < len(lines) and not lines[found + 1].startswith("- ") else ""
                 text = " ".join([lines[0], lines[found].lstrip("- "), reason]).strip()
             text = text if len(text) <= 300 else text[:297] + "..."
-            raise UsageError(f"LightningCLI refused the config: {text}; fix --config (or the model's constructor arguments)") from None
+            raise UsageError(
+                f"LightningCLI refused the config: {text}{_given_and_choices(lines)}; fix --config (or the model's constructor arguments)"
+            ) from None
         raise
     callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]
     for extra in cli.autotune_callbacks:
         callbacks += extra if isinstance(extra, list) else [extra] if extra is not None else []
     dumped = cli.parser.dump(cli.config, skip_none=False, format="json")
     return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped), parser_links(cli.parser))
+
+
+def _given_and_choices(lines: Sequence[str]) -> str:
+    """``" (given '32-ture'; accepted: 16-true, ...)"``: the value and the literal choices a jsonargparse
+    type error lists on its own lines (``Given value:``, ``- Expected a typing.Literal[...]``), or ``""``.
+    A new user's ``precision: 32-ture`` was refused without either."""
+    import re
+
+    given = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Given value:")), None)
+    if given is None:
+        return ""
+    choices: list[str] = []
+    for line in lines:
+        if line.startswith("- Expected a typing.Literal["):
+            for item in re.findall(r"'([^']*)'|([-\w.]+)", line[len("- Expected a typing.Literal[") :].rstrip("]")):
+                value = item[0] or item[1]
+                if value not in choices:
+                    choices.append(value)
+    accepted = f"; accepted: {', '.join(choices)}" if choices else ""
+    return f" (given {given!r}{accepted})"
 
 
 def load_spec(spec: Mapping[str, Any]):

@@ -269,6 +269,19 @@ def test_a_typo_inside_class_path_init_args_names_the_class_and_the_reason(tmp_p
     assert len(line.splitlines()) == 1 and "Problem with given class_path 'model.Classifier" in line and reason in line, line
 
 
+def test_a_bad_trainer_value_names_the_value_and_the_accepted_ones(tmp_path, cli):
+    """A new user's ``precision: 32-ture`` was refused as "Does not validate against any of the Union
+    subtypes", naming neither the value nor what is accepted."""
+    project = _project(tmp_path, "cli_project")
+    config = (project / "config.yaml").read_text()
+    (project / "bad.yaml").write_text(config.replace("trainer:\n", "trainer:\n  precision: 32-ture\n", 1))
+    r = cli("search", "model.py", "--config", "bad.yaml", "--trials", 1, "--samples", 256, cwd=project)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and 'Parser key "trainer.precision"' in line, line
+    assert "(given '32-ture'; accepted: " in line and "bf16-mixed, 32-true" in line, line
+
+
 def test_the_export_run_line_warns_when_the_script_hands_its_cli_another_model_class(tmp_path):
     from autotune.study.publish import run_hint
 
