@@ -623,6 +623,8 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["search", MODELS / "tiny.py", "--enqueue", "typo.yaml", "--enqueue", "badvalue.yaml", "--trials", 3], "badvalue.yaml: lr must be a number, got 'fast'"),
         (["search", MODELS / "tiny.py", "--sampler", "grid"], "--sampler grid: knob 'lr' is a continuous range"),
         (["search", MODELS / "tiny.py", "--sampler", "bayes"], "unknown --sampler 'bayes'"),
+        (["search", MODELS / "tiny.py", "--sampler", "tpee"], "unknown --sampler 'tpee'; choose one of ['tpe', 'gp', 'cmaes', 'random', 'grid']; did you mean 'tpe'?"),
+        (["search", MODELS / "tiny.py", "--search", "stagd"], "unknown --search 'stagd'; choose one of ['staged', 'flat']; did you mean 'staged'?"),
         (["search", MODELS / "tiny.py", "--search", "staged", "--num-nodes", 2], "--search staged with --num-nodes 2: a multi-node study runs flat"),
         (["search", MODELS / "tiny.py", "--pruner", "xyz"], "unknown --pruner 'xyz'"),
         (["search", MODELS / "tiny.py", "--objective", "thruput"], "not one of ['throughput', 'time-to-quality', 'goodput', 'pareto']; did you mean 'throughput'?"),
