@@ -450,8 +450,10 @@ class ConsoleUI:
                 run["wall_seconds"] = sum(r["wall_seconds"] for r in parts)
                 training = sum(r["training_seconds"] for r in parts)
                 run["overhead_fraction"] = 1.0 - training / (run["wall_seconds"] * run["jobs"]) if run["wall_seconds"] > 0 else 0.0
+            confirmed = sum(int(r.get("trials") or 0) for r in parts if r.get("stage") == "confirm")
+            included = f"its {confirmed} confirmation run(s) included" if confirmed else "no confirmation run"
             self.console.print(
-                f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s of trials, confirmation runs included (its start-up and "
+                f"this run: {run['trials']} trial(s) in {run['wall_seconds']:.1f} s of trials, {included} (its start-up and "
                 f"model inspection not counted; {run['launch']} trial processes, {run['jobs']} job(s)); "
                 f"{run['overhead_fraction']:.0%} of it outside training steps",
                 markup=False,

@@ -257,7 +257,12 @@ def test_the_run_line_describes_this_process_s_run_not_a_worker_s_that_ended_lat
     out = io.StringIO()
     ui.console = Console(file=out, width=200)
     ui.summary(study, settings, recommended, baseline, None)
-    assert "this run: 4 trial(s) in 14.0 s of trials, confirmation runs included (its start-up and model inspection not counted" in out.getvalue()
+    assert "this run: 4 trial(s) in 14.0 s of trials, its 1 confirmation run(s) included (its start-up and model inspection not counted" in out.getvalue()
+    study.set_user_attr("runs", [{**record, "trials": 3, "wall_seconds": 10.0, "run_id": f"{os.getpid()}-2"}])  # --confirm 0
+    out.seek(0)
+    out.truncate()
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "this run: 3 trial(s) in 10.0 s of trials, no confirmation run (its start-up" in out.getvalue()
 
 
 def test_a_trial_that_did_not_complete_shows_its_samples_per_sec_in_parentheses():
