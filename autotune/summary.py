@@ -74,8 +74,11 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         ]
     else:
         lines = [_unconfirmed_line(confirmed, objective)]
+    named = None if confirmed.won else _stopped_race(confirmed)  # the outcome line gave its figure and why it stopped
     for race in confirmed.races:
         v = race.verdict
+        if race is named and race.samples == confirmed.samples:
+            continue
         versus = "the baseline" if race.incumbent == confirmed.baseline else f"trial {race.incumbent}'s config"
         if v.decided:
             how = f"{v.outcome}: {v.reason}"
@@ -120,29 +123,37 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
             "not confirmed: a pair of runs of the best candidate and the baseline would take confirmation past its budget, "
             f"so no race ran: the baseline is recommended (1.00x); {room}"
         )
-    stopped = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs]
-    ahead = [r for r in stopped if r.verdict.ratio > 1 and not _behind_on_loss(r)]
-    if ahead:
-        v = ahead[0].verdict
+    race = _stopped_race(confirmed)
+    if race is not None and race.verdict.ratio > 1 and not _behind_on_loss(race):
+        v = race.verdict
         return (
-            f"not confirmed: trial {ahead[0].candidate}'s config was {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}, "
+            f"not confirmed: trial {race.candidate}'s config was {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}, "
             f"but the confirmation budget stopped its race before a decision: the baseline is recommended (1.00x); {room}"
         )
-    if stopped:  # behind when stopped: no speed-up in sight, but not shown slower either
-        v = stopped[0].verdict
+    if race is not None:  # behind when stopped: no speed-up in sight, but not shown slower either
+        v = race.verdict
         late = (
             ", but slower to the baseline's training loss in its pair(s), so a longer race would not likely win it"
-            if _behind_on_loss(stopped[0])
+            if _behind_on_loss(race)
             else ""
         )
         return (
-            f"not confirmed: the confirmation budget stopped trial {stopped[0].candidate}'s race before a decision, "
+            f"not confirmed: the confirmation budget stopped trial {race.candidate}'s race before a decision, "
             f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}{late}: the baseline is recommended (1.00x)"
         )
     return (
         f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "
         "the baseline is recommended (1.00x)"
     )
+
+
+def _stopped_race(confirmed: Any) -> Any:
+    """The race :func:`_unconfirmed_line` names: of the races the budget stopped before a decision
+    (with a pair run, none queued), the first that was ahead (and not behind on the loss), else the
+    first; ``None`` when none was stopped."""
+    stopped = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs]
+    ahead = [r for r in stopped if r.verdict.ratio > 1 and not _behind_on_loss(r)]
+    return (ahead or stopped or [None])[0]
 
 
 def _behind_on_loss(race: Any) -> bool:
