@@ -489,7 +489,12 @@ class ConsoleUI:
 
             from autotune.summary import unpaired_text
 
-            self.console.print(f"[bold]recommended: trial {recommended.number}[/bold]: {escape(unpaired_text(recommended, baseline))}")
+            if baseline is not None and recommended.number == baseline.number:  # worded as when a confirmation kept it
+                self.console.print(
+                    f"[bold]recommended: trial {recommended.number}[/bold] (the baseline: no other trial was feasible and faster): [bold]1.00x[/bold]"
+                )
+            else:
+                self.console.print(f"[bold]recommended: trial {recommended.number}[/bold]: {escape(unpaired_text(recommended, baseline))}")
         for maybe_line in (  # str | None (the loop above binds line: str)
             flops_line(recommended),
             quality_line(recommended, baseline),

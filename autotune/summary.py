@@ -216,7 +216,8 @@ def timed_caveat(speed: Mapping[str, Any]) -> str:
 def unpaired_text(trial: Any, baseline: Any) -> str:
     """The speed of ``trial`` over the ``baseline`` trial from their single search runs (no paired
     confirmation: ``--confirm 0``, or a run stopped before it), said to be unconfirmed:
-    ``"3,702 samples/s vs baseline 2,000 samples/s (trial 0): speedup 1.85x in single unpaired runs (not confirmed)"``.
+    ``"3,702 samples/s vs baseline 2,000 samples/s (trial 0): speedup 1.85x in single unpaired runs (not confirmed)"``;
+    for the baseline itself, ``"1.00x: no other trial was feasible and faster (the baseline is recommended; 2,000 samples/s)"``.
 
     When the baseline trial ran on a busy machine (:func:`autotune.contention.is_busy`) its samples/s
     understates the baseline, so every ratio over it overstates the speed-up: the text then says so,
@@ -228,9 +229,9 @@ def unpaired_text(trial: Any, baseline: Any) -> str:
     from autotune.contention import is_busy
 
     sps, b_sps = trial.user_attrs["samples_per_sec"], baseline.user_attrs["samples_per_sec"]
+    if trial.number == baseline.number:  # worded as the recommendation of a confirmation that kept the baseline
+        return f"1.00x: no other trial was feasible and faster (the baseline is recommended; {sps:,.0f} samples/s)"
     text = f"{sps:,.0f} samples/s vs baseline {b_sps:,.0f} samples/s (trial {baseline.number}): speedup {sps / b_sps:.2f}x"
-    if trial.number == baseline.number:
-        return text
     text += " in single unpaired runs (not confirmed)"
     if is_busy(baseline.user_attrs):
         taken = baseline.user_attrs["other_cpu_fraction"]

@@ -394,3 +394,19 @@ def test_a_paired_ratio_that_rounds_to_one_reads_as_fast_not_faster():
     assert ratio_text(1.003, 0.99, 1.01, 2, "throughput").startswith("1.00x as fast [0.99x, 1.01x] over 2 pair(s) of runs")
     assert ratio_text(1.02, 0.99, 1.05, 2, "throughput").startswith("1.02x faster")
     assert ratio_text(0.94, 0.89, 0.99, 2, "throughput").startswith("0.94x as fast")
+
+
+def test_a_baseline_recommended_without_paired_runs_is_worded_as_when_a_confirmation_kept_it():
+    """A new user's two projects said it two ways: "(the baseline: no candidate was shown better in paired
+    runs): 1.00x" and "9,911 samples/s vs baseline 9,911 samples/s (trial 0): speedup 1.00x"."""
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True)
+    add(study, 300.0, 2.0, batch_size=64)  # faster, but its loss is out of tolerance
+    recommended, baseline = recommendation(study, settings)
+    assert recommended.number == baseline.number == 0
+    ui = ConsoleUI()
+    out = io.StringIO()
+    ui.console = Console(file=out, width=200)
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "recommended: trial 0 (the baseline: no other trial was feasible and faster): 1.00x\n" in out.getvalue()
