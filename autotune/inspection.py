@@ -78,7 +78,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     model_info["unreachable"] = {**unreachable, **({"lr": lr_unreachable} if lr_unreachable else {})}
     model_info["links"] = built.links
     # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
-    # the model's configure_optimizers returns when it runs without a Trainer, else None
+    # the model's configure_optimizers returns before training (with a stand-in Trainer where it reads one), else None
     named = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
     model_info["optimizer"] = named or _optimizer_class(model)
     model_info["training_length"] = training_length(built.trainer)
