@@ -77,7 +77,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
     named = None if confirmed.won else _stopped_race(confirmed)  # the outcome line gave its figure and why it stopped
     for race in confirmed.races:
         v = race.verdict
-        if race is named and race.samples == confirmed.samples:
+        if named is not None and race is named and race.samples == confirmed.samples:
             continue
         versus = "the baseline" if race.incumbent == confirmed.baseline else f"trial {race.incumbent}'s config"
         if v.decided:
@@ -88,6 +88,12 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
         longer = f" ({race.samples} samples per run)" if race.samples != confirmed.samples else ""
         lines.append(race_line(race.candidate, v, objective, versus, longer, how))
+    if confirmed.unraced and confirmed.races:  # (with no race at all, the outcome line says why already)
+        names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
+        lines.append(
+            f"not raced: {names} config{'s' if len(confirmed.unraced) > 1 else ''}, feasible in the search: the confirmation budget "
+            "had no room for their pairs; a longer search (--trials) or --confirm-share 0.3 makes room"
+        )
     return lines
 
 
@@ -140,6 +146,11 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
         return (
             f"not confirmed: the confirmation budget stopped trial {race.candidate}'s race before a decision, "
             f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}{late}: the baseline is recommended (1.00x)"
+        )
+    if confirmed.unraced:  # what was raced was decided, but not every candidate was raced
+        return (
+            f"not confirmed: no candidate raced was shown at least 5% better than the baseline in paired runs of {confirmed.samples} "
+            f"samples, and {len(confirmed.unraced)} other(s) were not raced (the budget): the baseline is recommended (1.00x)"
         )
     return (
         f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "

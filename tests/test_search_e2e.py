@@ -291,6 +291,7 @@ def test_confirmation_races_the_best_configs_in_alternating_pairs_stops_early_an
     assert "the baseline would take confirmation past its budget" in r.stdout
     assert "not raced, and the baseline is recommended" in r.stdout and "# measured: 1.00x: " in out.read_text()
     assert not [t for t in load(db, "tiny").trials if "pair_of" in t.user_attrs]
+    assert load(db, "tiny").user_attrs["confirm_unraced_candidates"]  # recorded as left unraced by the budget
     # the same command with room: the candidate races the baseline, wins, and the next candidate races the winner
     r = cli(*args, "--trials", 1, "--confirm-share", 0.9, env=slow, check_rc=0)
     study = load(db, "tiny")

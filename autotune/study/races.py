@@ -93,6 +93,8 @@ class Confirmation:
         chosen_run: The chosen config's paired run closest to the median of its last race (``None``:
             the baseline was chosen and ran in no pair).
         baseline_run: The baseline's paired run closest to the median of its first race, or ``None``.
+        unraced: The search trials of the candidates confirmation left unraced because their pairs
+            would pass its budget, and still unraced (:data:`autotune.study.records.UNRACED_CANDIDATES_ATTR`).
     """
 
     races: tuple[Race, ...]
@@ -106,6 +108,7 @@ class Confirmation:
     pairs: int
     chosen_run: int | None
     baseline_run: int | None
+    unraced: tuple[int, ...] = ()
 
 
 def objective_value(trial: Any, objective: str) -> float:

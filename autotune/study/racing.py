@@ -34,7 +34,7 @@ from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
 from autotune.study.races import Race, budget_of, races_of, won_chain
-from autotune.study.records import UNRACED_ATTR, _budget, confirm_candidates
+from autotune.study.records import UNRACED_ATTR, UNRACED_CANDIDATES_ATTR, _budget, confirm_candidates
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import race_line
 from autotune.ui import UI
@@ -306,13 +306,16 @@ def race_candidates(
             )
             ran += done
             if race.stopped and not race.pairs and length != samples:  # a shorter race after it may still fit
+                _left_unraced(study, [candidate])
                 ui.info(
                     f"race: trial {candidate.number}'s config changes the training math: the pairs of {length}-sample runs its race "
                     f"needs (its loss is judged at the search's budget) would take confirmation past its budget ({allowed:.0f} s): not raced"
                 )
                 continue
+            rest = candidates[candidates.index(candidate) :]  # this one and those after it
             if race.stopped and not race.pairs and first:
                 study.set_user_attr(UNRACED_ATTR, samples)
+                _left_unraced(study, rest)
                 ui.info(
                     f"confirmation: a pair of runs of trial {candidate.number}'s config and the baseline would take confirmation "
                     f"past its budget ({allowed:.0f} s, {share:.0%} of the run): not raced, and the baseline is recommended; "
@@ -321,6 +324,7 @@ def race_candidates(
                 break
             versus = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config"
             if race.stopped and not race.pairs:
+                _left_unraced(study, rest)
                 ui.info(
                     f"confirmation: the {MIN_PAIRS} pairs a race of trial {candidate.number}'s config against {versus} needs would take "
                     f"confirmation past its budget ({allowed:.0f} s, {share:.0%} of the run): it and the remaining candidates are not raced"
@@ -333,6 +337,7 @@ def race_candidates(
             if v.outcome == "win":
                 incumbent = candidate
             if race.stopped:
+                _left_unraced(study, rest[1:])
                 ui.info(f"confirmation budget spent ({allowed:.0f} s, {share:.0%} of the run): the remaining candidates are not raced")
                 break
     finally:
@@ -340,6 +345,13 @@ def race_candidates(
             pools.close()
             shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
+
+
+def _left_unraced(study, candidates: list) -> None:
+    """Add ``candidates`` (search trials) to the study's :data:`UNRACED_CANDIDATES_ATTR`: left unraced by the budget."""
+    if candidates:
+        before = [int(n) for n in study.user_attrs.get(UNRACED_CANDIDATES_ATTR) or ()]
+        study.set_user_attr(UNRACED_CANDIDATES_ATTR, before + [c.number for c in candidates if c.number not in before])
 
 
 def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[Any, set[int]]:

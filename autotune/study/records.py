@@ -272,6 +272,12 @@ def _slower_to_target(trial, base) -> bool:
 #: pass the budget, :mod:`autotune.study.racing`): the samples per paired run it would have had.
 UNRACED_ATTR = "confirm_unraced"
 
+#: Study attribute: the search trials of the candidates confirmation left unraced because their pairs
+#: would pass its budget (:mod:`autotune.study.racing`), so that the summary says so (a new user's
+#: feasible config at 13x the baseline's speed to the loss target went unmentioned under "confirmed:
+#: no candidate was shown at least 5% better", the same-math race before it having spent the budget).
+UNRACED_CANDIDATES_ATTR = "confirm_unraced_candidates"
+
 
 def confirmation(study, settings: StudySettings, trials: list | None = None):
     """The study's paired confirmation at its latest confirmation budget (:mod:`autotune.study.races`).
@@ -288,15 +294,21 @@ def confirmation(study, settings: StudySettings, trials: list | None = None):
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if baseline_info is None:
         return None
+    import dataclasses
+
+    from autotune.study.races import Confirmation
+
     every = study.get_trials(deepcopy=False) if trials is None else trials
     confirmed = confirmation_of(every, settings, baseline_info["trial"])
     unraced = study.user_attrs.get(UNRACED_ATTR)
     if confirmed is None and unraced is not None:
-        from autotune.study.races import Confirmation
-
         base = baseline_info["trial"]
-        return Confirmation((), (), base, base, int(unraced), 1.0, 1.0, 1.0, 0, None, None)
-    return confirmed
+        confirmed = Confirmation((), (), base, base, int(unraced), 1.0, 1.0, 1.0, 0, None, None)
+    if confirmed is None:
+        return None
+    raced = {r.candidate for r in confirmed.races}
+    left = tuple(int(n) for n in study.user_attrs.get(UNRACED_CANDIDATES_ATTR) or () if int(n) not in raced)
+    return dataclasses.replace(confirmed, unraced=left) if left else confirmed
 
 
 def recommendation(study, settings: StudySettings, trials: list | None = None):

@@ -114,6 +114,29 @@ def test_the_outcome_line_says_whether_the_budget_stopped_a_race_ahead_or_behind
     assert "0.92x as fast over 1 pair(s)" in line and line.endswith("the baseline is recommended (1.00x)"), line
 
 
+def test_candidates_the_budget_left_unraced_are_named_while_a_decided_race_does_not_read_as_confirmed():
+    # a new user's feasible config at 13x the baseline's speed to the target went unmentioned under
+    # "confirmed: no candidate was shown at least 5% better": a same-math race had spent the budget
+    from autotune.study.racing import _left_unraced
+    from autotune.study.records import confirmation
+    from autotune.summary import confirmation_lines
+
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    same = add(study, 110.0, num_workers=2)
+    fast = add(study, 700.0, batch_size=64, lr=0.1)
+    race(study, same.number, [100.0, 100.0, 100.0], [99.0, 101.0, 98.0])  # decided: not faster
+    _left_unraced(study, [fast, same])
+    _left_unraced(study, [fast])  # a later run's: listed once
+    confirmed = confirmation(study, settings)
+    assert confirmed.unraced == (fast.number,)  # the raced one is not "unraced"
+    (line, *rest) = confirmation_lines(confirmed, "throughput")
+    assert line.startswith("not confirmed: no candidate raced was shown at least 5% better") and "1 other(s) were not raced" in line
+    assert rest[-1] == (f"not raced: trial {fast.number}'s config, feasible in the search: the confirmation budget had no room for "
+                        "their pairs; a longer search (--trials) or --confirm-share 0.3 makes room")
+
+
 def test_a_race_s_replicate_runs_include_each_config_s_search_trial_when_it_trained_as_many_samples():
     settings = make_settings()  # samples=1024
     outcomes = {}
