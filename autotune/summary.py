@@ -269,7 +269,9 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
     line = f"time to the baseline's training loss ({trial.user_attrs['loss_target']:.4g}, within the loss tolerance): {mine:.3g} s ({how})"
     if trial.number == baseline.number:  # the baseline recommended: nothing to compare with
         return line
-    return f"{line} vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster"
+    # paired runs shown for each config (their median runs): one pair's figure, not the race's median over its pairs
+    which = " (in the two runs shown; a race's figure is its median over the pairs)" if "pair_of" in trial.user_attrs else ""
+    return f"{line} vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster{which}"
 
 
 def mfu_text(mfu: float) -> str:

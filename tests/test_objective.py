@@ -332,6 +332,8 @@ def test_the_quality_line_of_a_recommended_baseline_does_not_compare_it_with_its
     base = SimpleNamespace(number=0, user_attrs={"time_to_target": 9.18, "target_reached": True, "loss_target": 0.12})
     faster = SimpleNamespace(number=3, user_attrs={"time_to_target": 5.1, "target_reached": True, "loss_target": 0.12})
     assert quality_line(faster, base).endswith("5.1 s (reached) vs 9.18 s for the baseline = 1.80x faster")
+    paired = SimpleNamespace(number=7, user_attrs={**faster.user_attrs, "pair_of": 3})  # a race's median run: one pair's figure
+    assert quality_line(paired, base).endswith("= 1.80x faster (in the two runs shown; a race's figure is its median over the pairs)")
     line = quality_line(base, base)
     assert line.endswith("9.18 s (reached)") and "faster" not in line and "vs" not in line
     never = SimpleNamespace(number=4, user_attrs={"time_to_target": None, "target_reached": False, "loss_target": 0.12})
