@@ -1,10 +1,9 @@
 """Command line: ``autotune search | worker | show | export | report | dashboard | storage-proxy``.
 
 User errors print one line and exit with code 2 (a traceback only with ``--debug``); other failures
-exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes
-the study (running trials are stored as interrupted), except ``storage-proxy``, a server that they stop
-with code 0; output into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141.
-"""
+exit with code 1; Ctrl-C exits with 130 and SIGTERM with 143 after printing the command that resumes the study
+(running trials are stored as interrupted), except ``storage-proxy``, a server that they stop with code 0;
+output into a pipe whose reader went away (``autotune show STUDY | head``) stops quietly with code 141."""
 
 from __future__ import annotations
 
@@ -41,7 +40,9 @@ def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        percent = text.endswith("%") and text[:-1].replace(".", "", 1).isdigit()  # --loss-tolerance 5%: a fraction is meant
+        hint = f" (a fraction: {float(text[:-1]) / 100:g} for {text})" if percent else ""
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}{hint}") from None
 
 
 def _add_storage(p: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "StorageError",
     "StudyMismatchError",
     "UsageError",
+    "did_you_mean",
 ]
 
 
@@ -281,3 +282,13 @@ class Interrupted(AutotuneError):
                 f"{what}; finished trials are kept. Resume with:\n  {resume}" if resume else f"{what}; finished trials are kept"
             )
         self.resume = resume
+
+
+def did_you_mean(value: str, choices: Any) -> str:
+    """``"; did you mean 'tpe'?"``: the closest of ``choices`` to a mistyped ``value``, case aside
+    (:func:`difflib.get_close_matches`), or ``""`` when none is close."""
+    import difflib
+
+    names = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(str(value).lower(), list(names), n=1, cutoff=0.5)
+    return f"; did you mean {names[close[0]]!r}?" if close else ""

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, did_you_mean
 
 __all__ = ["MILESTONES", "PRUNERS", "ShadowStudy", "intermediate_metric", "make_pruner", "milestone_steps", "prune_decision"]
 
@@ -56,7 +56,7 @@ def make_pruner(name: str, startup: int = 5):
         return optuna.pruners.PercentilePruner(75.0, n_startup_trials=startup, n_warmup_steps=0)  # keeps the top 75%
     if name == "none":
         return None
-    raise UsageError(f"unknown --pruner {name!r}; choose one of {list(PRUNERS)}")
+    raise UsageError(f"unknown --pruner {name!r}; choose one of {list(PRUNERS)}{did_you_mean(name, PRUNERS)}")
 
 
 def milestone_steps(budget: int) -> list[int]:

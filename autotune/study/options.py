@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, did_you_mean
 from autotune.objective import OBJECTIVES, validate_tolerance
 from autotune.pruning import PRUNERS, make_pruner
 from autotune.samplers import SAMPLERS
@@ -140,7 +139,7 @@ def check_search_options(opts: SearchOptions) -> None:
         raise UsageError(f"${ENV_PRUNER}={os.environ[ENV_PRUNER]!r} must be one of {list(PRUNERS)} (the default of --pruner)")
     make_pruner(opts.pruner or _env_pruner(), opts.pruner_startup)  # raises on a bad name or count
     if opts.sampler is not None and opts.sampler not in SAMPLERS:
-        raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}{_did_you_mean(opts.sampler, SAMPLERS)}")
+        raise UsageError(f"unknown --sampler {opts.sampler!r}; choose one of {list(SAMPLERS)}{did_you_mean(opts.sampler, SAMPLERS)}")
     if opts.confirm is not None and opts.confirm < 0:
         raise UsageError(f"--confirm must be >= 0 (configs re-run before recommending; 0 turns it off), got {opts.confirm}")
     if opts.confirm_repeats < 3:
@@ -154,14 +153,14 @@ def check_search_options(opts: SearchOptions) -> None:
     if (opts.num_nodes or 1) > 1 and opts.jobs != 1:
         raise UsageError(f"--jobs {opts.jobs} with --num-nodes {opts.num_nodes}: a multi-node trial takes whole nodes; use --jobs 1")
     if opts.objective is not None and opts.objective not in OBJECTIVES:
-        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}{_did_you_mean(opts.objective, OBJECTIVES)}")
+        raise UsageError(f"--objective {opts.objective!r} is not one of {list(OBJECTIVES)}{did_you_mean(opts.objective, OBJECTIVES)}")
     if opts.mode is not None and opts.mode not in ("min", "max"):
         raise UsageError(f"--mode must be 'min' or 'max', got {opts.mode!r}")
     if opts.loss_tolerance is not None:
         validate_tolerance(opts.loss_tolerance)
     if opts.search is not None and opts.search not in SEARCHES:
         raise UsageError(
-            f"unknown --search {opts.search!r}; choose one of {list(SEARCHES)}{_did_you_mean(opts.search, SEARCHES)} (docs/search.md)"
+            f"unknown --search {opts.search!r}; choose one of {list(SEARCHES)}{did_you_mean(opts.search, SEARCHES)} (docs/search.md)"
         )
     if opts.search is None and os.environ.get(ENV_SEARCH) and os.environ[ENV_SEARCH] not in SEARCHES:
         raise UsageError(f"${ENV_SEARCH}={os.environ[ENV_SEARCH]!r} must be one of {list(SEARCHES)} (the default of --search)")
@@ -205,12 +204,6 @@ _HIGHER_WORDS = frozenset(
     ]
 )
 _LOWER_WORDS = frozenset(["loss", "err", "error", "mse", "mae", "rmse", "nll", "ppl", "perplexity", "wer", "cer", "fid", "distance"])
-
-
-def _did_you_mean(value: str, choices: Any) -> str:
-    """``"; did you mean 'tpe'?"`` for the closest of ``choices`` to a mistyped ``value`` (:func:`difflib.get_close_matches`), or ``""``."""
-    close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_monitor_mode(monitor: str | None, mode: str | None) -> None:
