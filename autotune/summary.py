@@ -67,7 +67,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         return []
     if confirmed.won:
         lengths = sorted({r.samples for r in confirmed.won})  # a race lengthened to --samples trains more
-        samples = f"{lengths[0]}" if len(lengths) == 1 else f"{lengths[0]} to {lengths[-1]}"
+        samples = f"{lengths[0]:,}" if len(lengths) == 1 else f"{lengths[0]:,} to {lengths[-1]:,}"
         lines = [
             f"confirmed: the config of trial {confirmed.chosen} is "
             f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective)} ({samples} samples per run)"
@@ -86,7 +86,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
             how = f"running ({race.pending} run(s) queued)"
         else:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
-        longer = f" ({race.samples} samples per run)" if race.samples != confirmed.samples else ""
+        longer = f" ({race.samples:,} samples per run)" if race.samples != confirmed.samples else ""
         lines.append(race_line(race.candidate, v, objective, versus, longer, how))
     if confirmed.unraced and confirmed.races:  # (with no race at all, the outcome line says why already)
         names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
@@ -149,11 +149,11 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
         )
     if confirmed.unraced:  # what was raced was decided, but not every candidate was raced
         return (
-            f"not confirmed: no candidate raced was shown at least 5% better than the baseline in paired runs of {confirmed.samples} "
+            f"not confirmed: no candidate raced was shown at least 5% better than the baseline in paired runs of {confirmed.samples:,} "
             f"samples, and {len(confirmed.unraced)} other(s) were not raced (the budget): the baseline is recommended (1.00x)"
         )
     return (
-        f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples} samples: "
+        f"confirmed: no candidate was shown at least 5% better than the baseline in paired runs of {confirmed.samples:,} samples: "
         "the baseline is recommended (1.00x)"
     )
 
@@ -415,7 +415,9 @@ def _slower_elsewhere(config: Mapping[str, Any], trials: Sequence[Any]) -> str |
         return None
     own, more, theirs = max(compared, key=lambda c: c[2] / c[0])
     return (
-        f"more num_workers measured slower with other knobs in each of the {len(compared)} config(s) of this study that ran both "
+        "more num_workers measured slower with other knobs in "
+        + (f"each of the {len(compared)} configs" if len(compared) > 1 else "the one config")
+        + " of this study that ran both "
         f"(at best {more}: {theirs:,.0f} samples/s vs {own:,.0f} with {workers})"
     )
 

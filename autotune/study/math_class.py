@@ -112,7 +112,7 @@ def lr_rule(space_scaling: str, optimizer: str | None) -> tuple[str, str]:
     if family == "sgd":
         return "linear", f"{short}, an SGD-family optimizer: linear scaling (Goyal et al. 2017)"
     if family == "adam":
-        return "sqrt", f"{short}, an Adam-family optimizer: square-root scaling (Malladi et al. 2022)"
+        return "sqrt", f"{short}, an adaptive (Adam-family) optimizer: square-root scaling (Malladi et al. 2022)"
     if optimizer:
         return "sqrt", (
             f"{short}'s scaling family is not known: square-root scaling, the Adam-family rule (Malladi et al. 2022); "

@@ -331,7 +331,7 @@ def race_candidates(
                 )
                 break
             v = race.verdict
-            longer = f" ({length} samples per run)" if length != samples else ""
+            longer = f" ({length:,} samples per run)" if length != samples else ""
             how = f"{v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
             ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how))
             if v.outcome == "win":

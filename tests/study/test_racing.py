@@ -265,7 +265,7 @@ def test_a_shortened_confirmation_races_a_later_config_of_other_math_at_the_sear
     assert ran >= 2 and {(q["confirm_samples"], q.get("confirm_budget"), q["incumbent"]) for q in queued} == {(2048, 1024, same.number)}
     confirmed = confirmation(study, settings)
     assert [r.candidate for r in confirmed.won] == [same.number, other.number] and confirmed.samples == 1024
-    assert "(1024 to 2048 samples per run)" in confirmation_lines(confirmed, "throughput")[0]
+    assert "(1,024 to 2,048 samples per run)" in confirmation_lines(confirmed, "throughput")[0]
     recommended, baseline = recommendation(study, settings)
     assert recommended.user_attrs["confirm_of"] == other.number and baseline.number == 0  # the baseline's own 2,048-sample run
 
