@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "same_math_first",
     "short_samples",
     "stop_target",
+    "typical_overheads",
 ]
 
 
@@ -80,17 +82,40 @@ def outside_seconds(study, run_id: str | None, started: float | None) -> float:
     return max(0.0, time.monotonic() - started - drained)
 
 
-def run_seconds(trial, settings: StudySettings, samples: int) -> tuple[float, float]:
+def run_seconds(trial, settings: StudySettings, samples: int, typical: dict | None = None) -> tuple[float, float]:
     """``(overhead seconds, samples/s)`` a run of ``trial``'s config is expected to take, from the trial itself.
 
     The overhead is the trial's wall time less its training samples over its samples/s (start-up,
-    warm-up, validation; >= 0). A run of ``samples`` then takes ``overhead + samples / samples_per_sec``.
+    warm-up, validation; >= 0), at most the study's typical overhead for a run compiled as it is
+    (``typical``, :func:`typical_overheads`, when given): one run's overhead can hold a one-off delay
+    that the next run does not repeat (bn_cnn's baseline trial: 0.86 s after its last training step
+    against 0.05-0.14 s in every other run, a 1.7 s overhead against the others' median 0.6 s). A run of
+    ``samples`` then takes ``overhead + samples / samples_per_sec``.
     """
     sps = float(trial.user_attrs.get("samples_per_sec") or 0.0)
     if trial.datetime_start is None or trial.datetime_complete is None or sps <= 0:
         return 0.0, sps
     wall = (trial.datetime_complete - trial.datetime_start).total_seconds()
-    return max(0.0, wall - _budget(trial.user_attrs, settings) / sps), sps
+    own = max(0.0, wall - _budget(trial.user_attrs, settings) / sps)
+    usual = (typical or {}).get(_compiled(trial))
+    return (own if usual is None else min(own, usual)), sps
+
+
+def _compiled(trial) -> bool:
+    """Whether a trial's config compiles the module (its runs pay the compilation in their overhead)."""
+    return (trial.user_attrs.get("config") or {}).get("compile") not in (None, False)
+
+
+def typical_overheads(study, settings: StudySettings) -> dict[bool, float]:
+    """The median overhead (:func:`run_seconds`) of the study's completed runs, keyed by whether the
+    run's config compiles the module (:func:`_compiled`); a key with fewer than 3 runs is left out.
+    Duplicates (``duplicate_of``: not run) are not counted."""
+    seen: dict[bool, list[float]] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name != "COMPLETE" or "duplicate_of" in t.user_attrs or float(t.user_attrs.get("samples_per_sec") or 0) <= 0:
+            continue
+        seen.setdefault(_compiled(t), []).append(run_seconds(t, settings, settings.samples)[0])
+    return {k: statistics.median(v) for k, v in seen.items() if len(v) >= 3}
 
 
 def confirm_samples(
@@ -120,10 +145,12 @@ def confirm_samples(
     if stored:
         return int(stored[-1]), "the study's stored races"
     _, spent, allowed = confirm_budget(study, share, outside)
-    runs = [run_seconds(base, settings, settings.samples), run_seconds(first, settings, settings.samples)]
+    typical = typical_overheads(study, settings)
+    runs = [run_seconds(base, settings, settings.samples, typical), run_seconds(first, settings, settings.samples, typical)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
-    pair = sum(o + samples / sps for o, sps in runs if sps > 0)
+    stops = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), base, first) is not None
+    pair = pair_seconds(settings, samples, (base, first), stops, typical)
     if samples == settings.samples and pair * PLANNED_PAIRS > allowed - spent and pair > 0:  # clamped at --samples
         said = (
             f"--samples, the shortest run a race judging the loss trains: about {int((allowed - spent) // pair)} pair(s) "
@@ -157,13 +184,20 @@ def same_math_first(study, settings: StudySettings, candidates: list, base: Any,
     """``candidates`` (best first), with the best of the baseline's math moved first when the best
     one's :data:`autotune.paired.MIN_PAIRS` full-length pairs do not fit the confirmation budget
     (:func:`confirm_budget`): that race could not be decided, and a same-math one can on shorter runs
-    (:func:`short_samples`). Unchanged otherwise, or when none keeps the baseline's math."""
+    (:func:`short_samples`). Unchanged otherwise, or when none keeps the baseline's math. The pairs are
+    predicted as :func:`_over_budget` predicts them (:func:`pair_seconds`, runs that stop at the loss
+    target ending there, overheads at most the study's typical ones): bn_cnn's batch 128 at 6.3x the lr,
+    1.8x sooner at the baseline's loss, was put behind a same-math config on a prediction of full-length
+    runs and the baseline trial's one-off overhead, and the budget then had no room for its race."""
     same = next((c for c in candidates if short_samples(settings, c, base) < settings.samples), None)
     if same is None or same is candidates[0]:
         return candidates
     _, spent, allowed = confirm_budget(study, share, outside)
-    runs = [run_seconds(base, settings, settings.samples), run_seconds(candidates[0], settings, settings.samples)]
-    if _full_pairs_fit(allowed - spent, runs, settings):
+    stops = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), base, candidates[0]) is not None
+    if (
+        MIN_PAIRS * pair_seconds(settings, settings.samples, (base, candidates[0]), stops, typical_overheads(study, settings))
+        <= allowed - spent
+    ):
         return candidates
     return [same] + [c for c in candidates if c is not same]
 
@@ -465,20 +499,21 @@ def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidat
         )
     else:
         stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
-        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None)
+        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None, typical_overheads(study, settings))
     need = 1 if first else max(1, MIN_PAIRS - len(race.pairs))
     return spent + need * expected > allowed
 
 
-def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool) -> float:
+def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool, typical: dict | None = None) -> float:
     """Seconds one pair of runs of ``samples`` of the two ``configs`` (their search trials) is expected to
     take: each trial's overhead (:func:`run_seconds`) plus its samples over its samples/s. With
     ``stops`` (a race whose runs stop at the loss target, :func:`stop_target`) a run whose search trial
     reached the target trains only to where it did (at least the quarter of the run before the first
-    check), as MLPerf's runs stop at their quality target."""
+    check), as MLPerf's runs stop at their quality target. ``typical``: :func:`typical_overheads`, or
+    ``None`` (each trial's own overhead)."""
     total = 0.0
     for trial in configs:
-        overhead, sps = run_seconds(trial, settings, samples)
+        overhead, sps = run_seconds(trial, settings, samples, typical)
         if sps <= 0:
             continue
         trained = float(samples)

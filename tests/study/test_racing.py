@@ -320,3 +320,55 @@ def test_a_race_of_other_math_without_times_to_the_target_says_it_was_judged_on_
     race(same, workers.number, [100.0, 101.0], [200.0, 205.0])
     (got,) = races_of(same.get_trials(deepcopy=False), settings)
     assert got.verdict.outcome == "win" and "not on the seconds" not in got.verdict.reason
+
+
+def _timed(wall: float, sps: float, state: str = "COMPLETE", **attrs):
+    """A finished trial of ``make_settings().samples`` at ``sps`` whose wall time was ``wall`` seconds (frozen-trial-like)."""
+    import datetime
+    from types import SimpleNamespace
+
+    t0 = datetime.datetime(2026, 1, 1)
+    return SimpleNamespace(number=attrs.pop("number", 0), state=SimpleNamespace(name=state), datetime_start=t0,
+                           datetime_complete=t0 + datetime.timedelta(seconds=wall), user_attrs={"samples_per_sec": sps, **attrs})
+
+
+def test_one_run_s_one_off_overhead_is_not_expected_again_but_a_compiled_config_s_is():
+    from types import SimpleNamespace
+
+    from autotune.study.racing import pair_seconds, run_seconds, typical_overheads
+
+    settings = make_settings()  # 1,024 samples a trial
+    n = settings.samples
+    # bn_cnn's baseline trial: 1.7 s of overhead once (0.86 s after its last step), the other runs 0.5-0.7 s
+    base = _timed(1.7 + n / 100.0, 100.0, config={"compile": False})
+    others = [_timed(o + n / 200.0, 200.0, config={"compile": False}) for o in (0.5, 0.6, 0.7)]
+    compiled = _timed(20.0 + n / 400.0, 400.0, config={"compile": "default"})  # compilation, paid by every run of it
+    duplicate = _timed(0.0, 200.0, config={"compile": False}, duplicate_of=1)  # not run: no overhead to count
+    failed = _timed(9.0, 200.0, state="FAIL", config={"compile": False})
+    study = SimpleNamespace(get_trials=lambda deepcopy=False: [base, *others, compiled, duplicate, failed])
+    typical = typical_overheads(study, settings)
+    assert list(typical) == [False] and abs(typical[False] - 0.65) < 1e-9  # the median of 1.7, 0.5, 0.6 and 0.7; one compiled run is too few for a median
+    assert run_seconds(base, settings, n) == (1.7 + n / 100.0 - n / 100.0, 100.0)  # its own, without the study's
+    assert run_seconds(base, settings, n, typical)[0] == typical[False]
+    assert abs(run_seconds(others[0], settings, n, typical)[0] - 0.5) < 1e-9  # below the median: its own
+    assert abs(run_seconds(compiled, settings, n, typical)[0] - 20.0) < 1e-9
+    assert abs(pair_seconds(settings, n, (base, compiled), False, typical) - (0.65 + n / 100.0 + 20.0 + n / 400.0)) < 1e-6
+
+
+def test_the_best_candidate_races_first_when_its_runs_stopped_at_the_target_fit_the_budget():
+    from autotune.study.racing import same_math_first
+
+    settings = make_settings(samples=4096)
+    study = make_study(samples=4096)
+    base = add(study, 100.0, baseline=True, attrs={"time_to_target": 10.0, "target_reached": True})  # at 1,000 samples
+    same = add(study, 120.0, num_workers=2)  # the baseline's math
+    other = add(study, 200.0, batch_size=64, lr=0.2, attrs={"time_to_target": 2.0, "target_reached": True})  # at 400
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 200.0}])  # 50 s for confirmation
+    # full-length pairs: 4,096 / 100 + 4,096 / 200 = 61 s each, 2 would not fit; with no loss target to stop at the
+    # same-math candidate races first (on shorter runs)
+    assert same_math_first(study, settings, [other, same], base, 0.2) == [same, other]
+    # stopped at the baseline's loss target: 10 s + 1,024 samples (the quarter checked first) / 200 = 15.1 s a pair
+    study.set_user_attr("baseline", {**study.user_attrs["baseline"], "loss_target": 0.9})
+    assert same_math_first(study, settings, [other, same], base, 0.2) == [other, same]
+    # under time-to-quality (no run stops at the target) the full-length prediction stands
+    assert same_math_first(study, settings.replace(objective="time-to-quality"), [other, same], base, 0.2) == [same, other]
