@@ -66,12 +66,13 @@ def busy_trial_line(trial: Any) -> str | None:
     return f"trial {trial.number} ran while {_taken(attrs)}: {consequence}"
 
 
-def busy_run_line(trials: Iterable[Any]) -> str | None:
+def busy_run_line(trials: Iterable[Any], whose: str = "") -> str | None:
     """One line for a run whose trials include some that ran on a busy machine, else ``None``: how many,
     and the busiest with its figures.
 
     Args:
         trials: The run's frozen trials (duplicates and trials without figures are not counted).
+        whose: Words before "measured trial(s)" that say whose trials they are ("this run's"), or "".
     """
     measured = [t for t in trials if t.user_attrs.get("other_cpu_fraction") is not None and "duplicate_of" not in t.user_attrs]
     busy = [t for t in measured if is_busy(t.user_attrs)]
@@ -79,7 +80,7 @@ def busy_run_line(trials: Iterable[Any]) -> str | None:
         return None
     worst = max(busy, key=lambda t: t.user_attrs["other_cpu_fraction"])
     return (
-        f"busy machine: {len(busy)} of {len(measured)} measured trial(s) ran while other processes took >= {BUSY_OTHER_CPU_FRACTION:.0%} "
+        f"busy machine: {len(busy)} of {(whose + ' ') if whose else ''}{len(measured)} measured trial(s) ran while other processes took >= {BUSY_OTHER_CPU_FRACTION:.0%} "
         f"of the CPU; the busiest, trial {worst.number}, ran while {_taken(worst.user_attrs)}: their samples/s understate their configs "
         "(a core that other work keeps busy can be left out of the trials with $AUTOTUNE_BUSY_CORES, docs/report.md)"
     )

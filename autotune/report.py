@@ -437,6 +437,7 @@ class ConsoleUI:
         if mine:  # its records last, so the line below describes them
             own = mine[-1]["run_id"]
             runs = [r for r in runs if r.get("run_id") != own] + [r for r in runs if r.get("run_id") == own]
+        own_trials: set[int] = set()  # this run's trials, where its records list them
         if runs and runs[-1].get("overhead_fraction") is not None:
             run = dict(runs[-1])
             # this run = every record of its run id (a staged search's rounds, its confirmation)
@@ -450,6 +451,7 @@ class ConsoleUI:
                 run["wall_seconds"] = sum(r["wall_seconds"] for r in parts)
                 training = sum(r["training_seconds"] for r in parts)
                 run["overhead_fraction"] = 1.0 - training / (run["wall_seconds"] * run["jobs"]) if run["wall_seconds"] > 0 else 0.0
+            own_trials = {int(n) for r in parts for n in r.get("numbers") or ()}
             confirmed = sum(int(r.get("trials") or 0) for r in parts if r.get("stage") == "confirm")
             included = f"its {confirmed} confirmation run(s) included" if confirmed else "no confirmation run"
             self.console.print(
@@ -460,7 +462,7 @@ class ConsoleUI:
             )
         from autotune.contention import busy_run_line
 
-        if busy := busy_run_line(every):
+        if busy := busy_run_line([t for t in every if t.number in own_trials] if own_trials else every, "this run's" if own_trials else ""):
             self.warn(busy)
         from autotune.summary import no_curve_line
 

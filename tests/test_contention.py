@@ -176,5 +176,5 @@ def test_a_cpu_hog_during_a_trial_shows_in_its_figures_and_in_one_line(tmp_path)
     # paired: the hog took at least half of the CPU the quiet trial's window left idle
     assert h >= BUSY_OTHER_CPU_FRACTION and h - q >= idle / 2 - 0.05, (q, h, idle)
     assert f"trial 1 ran while other processes took {h:.0%} of the CPU" in out
-    assert "busy machine:" in out and "of 3 measured trial(s) ran while other processes took >= 25% of the CPU" in out
+    assert "busy machine:" in out and "of this run's 3 measured trial(s) ran while other processes took >= 25% of the CPU" in out
     assert out.count("busy machine:") == 1

@@ -265,6 +265,35 @@ def test_the_run_line_describes_this_process_s_run_not_a_worker_s_that_ended_lat
     assert "this run: 3 trial(s) in 10.0 s of trials, no confirmation run (its start-up" in out.getvalue()
 
 
+def test_the_busy_machine_line_counts_this_run_s_trials_not_the_study_s():
+    study = make_study()
+    add(study, 100.0, 1.0, baseline=True, attrs={"other_cpu_fraction": 0.6, "host_load": 4.0, "host_cpus": 2})  # an earlier run's
+    add(study, 90.0, 1.0, batch_size=64, attrs={"other_cpu_fraction": 0.7, "host_load": 4.5, "host_cpus": 2})
+    add(study, 120.0, 1.0, num_workers=2, attrs={"other_cpu_fraction": 0.05, "host_load": 1.0, "host_cpus": 2})  # this run's
+    add(study, 130.0, 1.0, num_workers=1, attrs={"other_cpu_fraction": 0.3, "host_load": 2.6, "host_cpus": 2})
+    settings = make_settings()
+    record = {"jobs": 1, "launch": "warm", "training_seconds": 1.0, "overhead_fraction": 0.5, "stage": "search", "trials": 2, "wall_seconds": 5.0}
+    study.set_user_attr("runs", [{**record, "run_id": "earlier-1", "numbers": [0, 1]}, {**record, "run_id": f"{os.getpid()}-1", "numbers": [2, 3]}])
+    recommended, baseline = recommendation(study, settings)
+    ui = ConsoleUI()
+    out = io.StringIO()
+    ui.console = Console(file=out, width=400)
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "busy machine: 1 of this run's 2 measured trial(s) ran while other processes took >= 25% of the CPU; the busiest, trial 3," in out.getvalue()
+    # this run's trials all quiet: no line, whatever the earlier run met
+    study.set_user_attr("runs", [{**record, "run_id": "earlier-1", "numbers": [0, 1]}, {**record, "run_id": f"{os.getpid()}-2", "numbers": [2]}])
+    out.seek(0)
+    out.truncate()
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "this run: 2 trial(s)" in out.getvalue() and "busy machine" not in out.getvalue()
+    # records from before 2026-12-07 list no trials: the study's, as it was
+    study.set_user_attr("runs", [{**record, "run_id": f"{os.getpid()}-3"}])
+    out.seek(0)
+    out.truncate()
+    ui.summary(study, settings, recommended, baseline, None)
+    assert "busy machine: 3 of 4 measured trial(s)" in out.getvalue()
+
+
 def test_a_trial_that_did_not_complete_shows_its_samples_per_sec_in_parentheses():
     assert _cell("samples_per_sec", {"state": "FAIL", "samples_per_sec": 25429.4}) == "(25,429)"
     assert _cell("samples_per_sec", {"state": "COMPLETE", "samples_per_sec": 25429.4}) == "25,429"

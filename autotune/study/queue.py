@@ -473,6 +473,7 @@ def _record_run(study, run_start: float, ctx: _RunContext, cold: bool, stage: st
                 "overhead_fraction": 1.0 - training / (wall * ctx.jobs) if wall > 0 else None,
                 "stage": stage,
                 "run_id": run_id,
+                "numbers": sorted(int(n) for n in ctx.asked),
             }
         )
         study.set_user_attr("runs", runs)
