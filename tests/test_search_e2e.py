@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -580,9 +581,10 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
     proc.kill()
     proc.communicate(timeout=60)
     time.sleep(4)  # past the grace period: the run's plan and its baseline trial are stale
-    r = cli(*args[:2], "--storage", f"sqlite:///{db}", "--trials", 1, env=env, check_rc=0)
+    r = cli(*args[:2], "--storage", f"sqlite:///{db}", "--trials", 1, "--confirm", 1, env=env, check_rc=0)
     assert "continuing the flat search run" in r.stdout and "its process stopped sending heartbeats" in r.stdout, r.stdout
     assert "2 trial(s) held back" in r.stdout, r.stdout
+    assert re.search(r"plan: \d+ trial\(s\) the stopped run left \+ up to", r.stdout), r.stdout  # not --trials 1's
     trials = load(db, "tiny").trials
     assert trials[0].state.name == "FAIL" and [t.state.name for t in trials[1:]] == ["COMPLETE"] * 3, [t.state.name for t in trials]
 

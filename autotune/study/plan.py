@@ -167,6 +167,6 @@ def continue_line(plans: Sequence[dict[str, Any]], queued: int) -> str:
             f"the {p.get('search')} search run {p['run']} of --trials {p.get('trials')} ({why}; {p.get('held', 0)} trial(s) held back{stage2})"
         )
     return (
-        f"continuing {'; '.join(parts)}, with the {queued} trial(s) it left queued; this run adds no new trials "
-        "(run the same command again afterwards to add --trials more)"
+        f"continuing {'; '.join(parts)}, with the {queued} trial(s) it left queued, instead of adding --trials more "
+        "(run the same command again afterwards to add them)"
     )

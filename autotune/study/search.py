@@ -174,7 +174,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     ui.search_started(settings, add)
     if confirm and leader is None:
         ui.info(
-            f"plan: {add} trial(s) + up to {2 * opts.confirm_repeats * confirm} paired confirmation run(s) "
+            f"plan: {add} trial(s){' the stopped run left' if stopped else ''} + up to {2 * opts.confirm_repeats * confirm} paired confirmation run(s) "
             f"(up to {confirm} config(s), the best that are feasible, raced against the baseline, at most {opts.confirm_repeats} pairs each), "
             f"within {opts.confirm_share:.0%} of the run's wall time"
         )

@@ -35,7 +35,7 @@ def test_a_live_plan_keeps_workers_waiting_and_a_stopped_or_silent_one_is_contin
     assert seeds == [[{"batch_size": 32}, {"stage": "system"}]]
     line = continue_line([study_system_attrs(study)[PLAN_ATTR + "stopped"]], 5)
     assert line.startswith("continuing the flat search run stopped of --trials 4 (interrupted; 3 trial(s) held back)")
-    assert "with the 5 trial(s) it left queued; this run adds no new trials" in line
+    assert "with the 5 trial(s) it left queued, instead of adding --trials more (run the same command again afterwards" in line
     _take_over(study, study_system_attrs(study)[PLAN_ATTR + "stopped"], "next")
     assert [p["run"] for p in stopped_runs(study)] == ["killed"]  # continued once only
     live.end("done")
