@@ -780,7 +780,7 @@ def test_a_config_max_epochs_shorter_than_the_budget_does_not_cut_the_trials_sho
     db = tmp_path / "epochs.db"
     r = cli("search", MODELS / "tiny.py", "--trials", 1, "--samples", 8192, "--config", "cfg.yaml", "--storage", f"sqlite:///{db}",
             "--out", "best.yaml", check_rc=0)
-    assert "your max_epochs=1 covers 3,584 training samples, fewer than --samples 8192: trials raise it to 3 epochs, enough for their budget" in r.stdout
+    assert "your max_epochs=1 covers 3,584 training samples in whole batches, fewer than --samples 8192: trials raise it to 3 epochs, enough for their budget" in r.stdout
     (trial,) = load(db, "tiny").trials
     assert trial.state.name == "COMPLETE" and trial.user_attrs["samples_seen"] >= 8192, trial.user_attrs.get("samples_seen")
     assert yaml.safe_load((tmp_path / "best.yaml").read_text())["trainer"]["max_epochs"] == 1

@@ -97,12 +97,15 @@ def max_epochs_line(settings: StudySettings) -> str | None:
     train = settings.train_samples
     if not isinstance(user, int) or user < 0 or not train:
         return None
-    needed = budget_epochs(TrialConfig.from_dict(settings.baseline_config), int(settings.samples), int(train))
+    base = TrialConfig.from_dict(settings.baseline_config)
+    needed = budget_epochs(base, int(settings.samples), int(train))
     if needed is None or needed <= user:
         return None
+    # whole batches per epoch, as budget_epochs counts them (15 epochs of 140 samples in batches of 8: 2,040, not 2,100)
+    covered = user * (-(-int(train) // base.world_size) // base.batch_size) * base.batch_size * base.world_size
     return (
-        f"your max_epochs={user} covers {user * int(train):,} training samples, fewer than --samples {settings.samples}: "
-        f"trials raise it to {needed} epochs, enough for their budget (counting only whole batches per epoch; the export keeps max_epochs={user})"
+        f"your max_epochs={user} covers {covered:,} training samples in whole batches, fewer than --samples {settings.samples}: "
+        f"trials raise it to {needed} epochs, enough for their budget (the export keeps max_epochs={user})"
     )
 
 

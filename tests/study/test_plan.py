@@ -74,3 +74,18 @@ def test_a_worker_is_told_when_a_live_search_run_of_its_study_trains_on_the_same
     assert same_host_line(study, 2) is None  # a search on another machine shares nothing
     study._storage.set_study_system_attr(study._study_id, PLAN_ATTR + "r1", {**other, "pid": 1, "state": "done"})
     assert same_host_line(study, 2) is None  # a run that ended trains nothing
+
+
+def test_the_max_epochs_line_counts_the_whole_batches_an_epoch_trains():
+    from autotune.study.search import max_epochs_line
+    from study.helpers import BASELINE, make_settings
+
+    # a new user's 140 training samples in batches of 8 for 15 epochs: 17 whole batches an epoch, 2,040 samples, short
+    # of a 2,048-sample budget (the line said "covers 2,100 training samples, fewer than --samples 2048")
+    settings = make_settings(samples=2048, train_samples=140, baseline_config=BASELINE.replace(batch_size=8).to_dict(),
+                             model_info={"training_length": {"max_epochs": 15}})
+    assert max_epochs_line(settings) == (
+        "your max_epochs=15 covers 2,040 training samples in whole batches, fewer than --samples 2048: trials raise it to 16 "
+        "epochs, enough for their budget (the export keeps max_epochs=15)")
+    assert max_epochs_line(settings.replace(samples=2040)) is None  # 15 epochs cover it
+    assert max_epochs_line(settings.replace(train_samples=None)) is None  # the training set's size unknown
