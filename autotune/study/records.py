@@ -199,7 +199,10 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     baseline's is not raced (its race is on the same measure): a regression MLP's confirmation spent
     its budget racing a math-preserving config at 3,608 samples/s against the baseline's 5,976, and
     had none left for batch 128 at 13,062. One of other math is (its race is on the seconds to the
-    baseline's loss: a larger lr at the same speed can win it). When no other candidate is raced, the
+    baseline's loss: a larger lr at the same speed can win it), when its search run reached the loss
+    target sooner than the baseline's; one that did not, or whose time to it is unknown (a model with no
+    loss curve), cannot win and is not raced (a new user's manual-optimization model had its budget
+    offered to a config measured at 116 samples/s against the baseline's 639). When no other candidate is raced, the
     fastest such config within :data:`NEAR_TIE` of the baseline's figure is: its race is what tells a
     real 10-25% gain from a single run's noise, and the confirmation budget would otherwise go unused.
 
@@ -237,6 +240,8 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
             if not near and every[best.number].params not in seen and _near_tie(every[best.number], base, settings.objective):
                 near.append(every[best.number])
             continue  # the baseline's math, no faster in its own run: its race, on samples/s, would spend the budget
+        if below and settings.objective != "pareto" and not _sooner_to_target(every[best.number], base):
+            continue  # other math, no faster in its own run and not sooner to the loss target: it cannot win its race
         if every[best.number].params not in seen:
             seen.append(every[best.number].params)
             picked.append(every[best.number])
@@ -255,6 +260,15 @@ def _near_tie(trial: Any, base: Any, objective: str) -> bool:
         return False
     share = theirs / mine if objective == "time-to-quality" else mine / theirs
     return share >= NEAR_TIE
+
+
+def _sooner_to_target(trial, base) -> bool:
+    """Whether ``trial``'s search run reached the loss target sooner than the baseline trial ``base``'s
+    (both times known: a model with no loss curve has none)."""
+    mine, theirs = trial.user_attrs.get("time_to_target"), base.user_attrs.get("time_to_target")
+    if mine is None or theirs is None or not trial.user_attrs.get("target_reached"):
+        return False
+    return math.isfinite(float(mine)) and float(mine) < float(theirs)
 
 
 def _slower_to_target(trial, base) -> bool:

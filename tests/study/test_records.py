@@ -96,7 +96,7 @@ def test_a_stage_1_run_as_long_as_the_full_budget_is_a_search_record():
 
 def test_confirm_candidates_are_the_best_distinct_feasible_configs_without_the_baseline():
     study = make_study()
-    add(study, 100.0, 1.0, baseline=True)
+    add(study, 100.0, 1.0, baseline=True, attrs={"time_to_target": 10.0, "target_reached": True})
     add(study, 450.0, 1.0, lr=0.05)  # the baseline's config measured again (an --enqueue'd repeat): never a candidate
     a = add(study, 400.0, 1.0, batch_size=64)
     add(study, 380.0, 1.0, batch_size=64)  # a's config again: one candidate per config
@@ -109,9 +109,14 @@ def test_confirm_candidates_are_the_best_distinct_feasible_configs_without_the_b
     assert [t.number for t in confirm_candidates(study, settings, 10)] == [a.number, b.number, c.number]
     assert confirm_candidates(study, settings, 0) == []
     # a config of the baseline's math its own search run measured no faster than the baseline's is not raced (its
-    # race is on samples/s too); one of other math is (its race is on the seconds to the baseline's loss)
+    # race is on samples/s too); one of other math is (its race is on the seconds to the baseline's loss) when its
+    # search run reached the loss target sooner than the baseline's: not when it was later, or its time is unknown
+    # (a new user's model with no loss curve had a config at 116 samples/s vs 639 raced)
     add(study, 90.0, 1.0, num_workers=2)
-    other = add(study, 95.0, 1.0, lr=0.5)
+    other = add(study, 95.0, 1.0, lr=0.5, attrs={"time_to_target": 8.0, "target_reached": True})
+    add(study, 97.0, 1.0, lr=0.4, attrs={"time_to_target": 12.0, "target_reached": True})  # later to the target
+    add(study, 98.0, 1.0, lr=0.3, attrs={"time_to_target": 6.0, "target_reached": False})  # an estimate: never reached
+    add(study, 99.0, 1.0, lr=0.2)  # no loss curve: no time to the target
     assert [t.number for t in confirm_candidates(study, settings, 10)] == [a.number, b.number, c.number, other.number]
 
 
