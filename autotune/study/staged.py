@@ -117,6 +117,26 @@ def top_system_configs(trials: Sequence[Any], k: int | None = None, with_speed: 
     return [(dict(system), speed) for speed, system in ranked] if with_speed else [dict(system) for _, system in ranked]
 
 
+def slower_moves(trials: Sequence[Any], reference: Mapping[str, Any]) -> set[tuple[str, Any]]:
+    """The ``(knob, value)`` moves from ``reference``'s system knobs (other than the batch size) that the
+    study measured slower in every comparison it has: each pair of distinct system configs
+    (:func:`top_system_configs`, short screening runs included: samples/s is a rate after the warm-up)
+    that differ in that knob alone, one at ``value`` and one at ``reference``'s. A move with no such pair
+    is not in the set. A new user's stage 2 ran batch 16 with 2 loader workers at full budget (116
+    samples/s) after stage 1 had measured 2 workers at 49 samples/s against the baseline's 639."""
+    ranked = top_system_configs(trials, with_speed=True)
+    speed = {repr(sorted(system.items())): sps for system, sps in ranked}
+    verdicts: dict[tuple[str, Any], list[bool]] = {}
+    for system, sps in ranked:
+        for knob, value in system.items():
+            if knob == "batch_size" or knob not in reference or value == reference[knob]:
+                continue
+            theirs = speed.get(repr(sorted({**system, knob: reference[knob]}.items())))
+            if theirs is not None:
+                verdicts.setdefault((knob, value), []).append(sps < theirs)
+    return {move for move, slower in verdicts.items() if all(slower)}
+
+
 @per_finished_trial
 def _system_of(trial: Any) -> tuple[str, dict[str, Any]]:
     """``(key, system part)`` of a trial's params (:func:`system_part`), derived once per finished trial."""
@@ -263,7 +283,8 @@ def unscreened_round(
     the math :func:`stage2_round` would give it (a math-preserving split, else the lr rule's lr),
     in :func:`autotune.study.screen.batch_ladder` order from the fastest completed trial's other
     system knobs (coordinate search from the best point so far), leaving out a config whose class
-    failed the loss already (:func:`autotune.study.math_class.failed_class`). A short search of a
+    failed the loss already (:func:`autotune.study.math_class.failed_class`) and one that moves a knob
+    to a value the study measured slower than the fastest trial's (:func:`slower_moves`). A short search of a
     regression MLP screened batch 64 alone above its baseline's 32 and then sampled every knob at
     random; batch 128 at the rule's lr, never run, was 2.2x faster within the loss tolerance.
 
@@ -288,9 +309,12 @@ def unscreened_round(
         if split is not None:
             preserving.append(params)
     out: list[tuple[dict, dict]] = []
+    slower = slower_moves(trials, best[0]) if best else set()
     for params in batch_ladder(candidates, context, best[0] if best else None):
         if len(out) == k:
             break
+        if best and any((n, v) in slower for n, v in params.items() if n in best[0] and v != best[0][n]):
+            continue  # a knob value the study measured slower than the fastest config's, in every config that ran both
         if any(params is p for p in preserving):  # the baseline's math, judged already: speed alone
             out.append((params, {"stage": "full", "math": PRESERVING}))
         elif not _twin_asked(params, out, context):  # one config per convergence question
