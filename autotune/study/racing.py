@@ -302,7 +302,9 @@ def race_candidates(
     base = study.get_trials(deepcopy=False)[baseline_info["trial"]]
     candidates = confirm_candidates(study, settings, k)
     if not candidates:
-        ui.info("confirmation: no feasible config measured faster than the baseline, or sooner at its loss, to race; the baseline is recommended")
+        ui.info(
+            "confirmation: no feasible config measured faster than the baseline, or sooner at its loss, to race; the baseline is recommended"
+        )
         return 0
     outside = outside_seconds(study, run_id, started)
     given = samples  # --confirm-samples: every race runs at it, whatever its math
