@@ -198,6 +198,12 @@ def test_stage_1_screens_each_unvisited_system_point_once_in_a_seeded_order():
     assert sorted((p["batch_size"], p["num_workers"]) for p in points) == [(16, 1), (32, 1), (64, 0), (64, 1)]
     assert points == screen_points(visited, resolved, {"lr"}, seed=1, visited_params=[{"batch_size": 16, "num_workers": 0, "lr": 0.1}])
     assert screen_points([], {**resolved, "prefetch_factor": {"low": 1, "high": 4, "log": False}}, {"lr"}, 0) is not None
+    # a queued trial (--enqueue, not run yet) counts as visited: a new user's enqueued config was screened again after it ran
+    from types import SimpleNamespace
+
+    queued = SimpleNamespace(params={}, state=SimpleNamespace(name="WAITING"), system_attrs={"fixed_params": {"batch_size": 64, "num_workers": 1, "lr": 0.2}})
+    points = screen_points([*visited, queued], resolved, {"lr"}, seed=1, visited_params=[{"batch_size": 16, "num_workers": 0, "lr": 0.1}])
+    assert sorted((p["batch_size"], p["num_workers"]) for p in points) == [(16, 1), (32, 1), (64, 0)]
     assert screen_points([], {"batch_size": {"low": 1, "high": 4, "log": False}, "lr": resolved["lr"]}, set(), 0) is None  # lr is continuous
 
 

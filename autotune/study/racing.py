@@ -374,7 +374,8 @@ def race_candidates(
                 incumbent = candidate
             if race.stopped:
                 _left_unraced(study, rest[1:])
-                ui.info(f"confirmation budget spent ({allowed:.0f} s, {share:.0%} of the run): the remaining candidates are not raced")
+                if rest[1:]:
+                    ui.info(f"confirmation budget spent ({allowed:.0f} s, {share:.0%} of the run): the remaining candidates are not raced")
                 break
     finally:
         if own:

@@ -163,7 +163,9 @@ def screen_points(
         resolved: The study's resolved space.
         convergence: Optuna parameter names of the convergence knobs (left out of the grid).
         seed: Seed of the order.
-        visited_params: More visited points (the baseline's, before its trial exists).
+        visited_params: More visited points (the baseline's, before its trial exists). A queued trial's
+            point (``--enqueue``) counts as visited: it runs anyway (a new user's enqueued config was
+            screened again right after its full-budget run).
     """
 
     system = {name: entry for name, entry in resolved.items() if param_name(name, entry) not in convergence}
@@ -173,7 +175,11 @@ def screen_points(
         return None
     if not grid or math.prod(len(v) for v in grid.values()) > SCREEN_MAX_POINTS:
         return None
-    visited = {repr(sorted(system_part(p).items())) for p in [*(t.params for t in trials if t.params), *visited_params]}
+    # a queued trial (an --enqueue config not run yet) has its params in Optuna's "fixed_params" system attribute
+    queued = [t.system_attrs.get("fixed_params") for t in trials if not t.params and t.state.name == "WAITING"]
+    visited = {
+        repr(sorted(system_part(p).items())) for p in [*(t.params for t in trials if t.params), *filter(None, queued), *visited_params]
+    }
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     points = [p for p in points if repr(sorted(p.items())) not in visited]
     random.Random(seed).shuffle(points)
