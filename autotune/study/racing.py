@@ -149,8 +149,7 @@ def confirm_samples(
     runs = [run_seconds(base, settings, settings.samples, typical), run_seconds(first, settings, settings.samples, typical)]
     samples = fit_samples(allowed - spent, PLANNED_PAIRS, runs, floor=max(1, settings.samples), ceiling=2 * settings.samples)
     said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
-    stops = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), base, first) is not None
-    pair = pair_seconds(settings, samples, (base, first), stops, typical)
+    pair = predicted_pair(study, settings, samples, base, first)
     if samples == settings.samples and pair * PLANNED_PAIRS > allowed - spent and pair > 0:  # clamped at --samples
         said = (
             f"--samples, the shortest run a race judging the loss trains: about {int((allowed - spent) // pair)} pair(s) "
@@ -193,11 +192,7 @@ def same_math_first(study, settings: StudySettings, candidates: list, base: Any,
     if same is None or same is candidates[0]:
         return candidates
     _, spent, allowed = confirm_budget(study, share, outside)
-    stops = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), base, candidates[0]) is not None
-    if (
-        MIN_PAIRS * pair_seconds(settings, settings.samples, (base, candidates[0]), stops, typical_overheads(study, settings))
-        <= allowed - spent
-    ):
+    if MIN_PAIRS * predicted_pair(study, settings, settings.samples, base, candidates[0]) <= allowed - spent:
         return candidates
     return [same] + [c for c in candidates if c is not same]
 
@@ -501,10 +496,17 @@ def _over_budget(study, settings: StudySettings, race: Race, incumbent, candidat
             for p in race.pairs
         )
     else:
-        stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
-        expected = pair_seconds(settings, race.samples, (incumbent, candidate), stop is not None, typical_overheads(study, settings))
+        expected = predicted_pair(study, settings, race.samples, incumbent, candidate)
     need = 1 if first else max(1, MIN_PAIRS - len(race.pairs))
     return spent + need * expected > allowed
+
+
+def predicted_pair(study, settings: StudySettings, samples: int, incumbent, candidate) -> float:
+    """Seconds one pair of a race of ``candidate`` against ``incumbent`` (search trials) is expected to take
+    before any of its pairs ran: :func:`pair_seconds`, its runs stopping at the loss target when the race's
+    do (:func:`stop_target`), each run's overhead at most the study's typical one (:func:`typical_overheads`)."""
+    stops = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate) is not None
+    return pair_seconds(settings, samples, (incumbent, candidate), stops, typical_overheads(study, settings))
 
 
 def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool, typical: dict | None = None) -> float:
