@@ -14,8 +14,10 @@ from autotune.summary import (
     flops_line,
     frontier_lines,
     input_bound_line,
+    longer_line,
     mfu_text,
     quality_line,
+    samples_ratio,
 )
 from autotune.table_fit import TableColumn, fitted_table
 
@@ -500,7 +502,8 @@ class ConsoleUI:
         for maybe_line in (  # str | None (the loop above binds line: str)
             flops_line(recommended),
             quality_line(recommended, baseline),
-            *confirmation_lines(confirmation(study, settings, every), settings.objective),
+            *confirmation_lines(confirmed := confirmation(study, settings, every), settings.objective),
+            longer_line(confirmed.chosen, samples_ratio(confirmed, every)) if confirmed is not None else None,
         ):
             if maybe_line:
                 self.console.print(maybe_line, markup=False)

@@ -10,6 +10,7 @@ none of their callers imports another's module.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
     if confirmed.unraced and confirmed.races:  # (with no race at all, the outcome line says why already)
         names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
         lines.append(
-            f"not raced: {names} config{'s' if len(confirmed.unraced) > 1 else ''}, feasible in the search: the confirmation budget "
+            f"not raced: {names} config{'s' if len(confirmed.unraced) > 1 else ''}, found in the search: the confirmation budget "
             "had no room for their pairs; a longer search (--trials) or --confirm-share 0.3 makes room"
         )
     return lines
@@ -222,6 +223,55 @@ def timed_caveat(speed: Mapping[str, Any]) -> str:
         f", in seconds to the baseline's training loss over {int(speed['samples']):,} training samples per run: it changes the "
         "training math, so over the model's own training length the gain can be smaller or larger"
     )
+
+
+def samples_ratio(confirmed: Any, trials: Sequence[Any]) -> float | None:
+    """How many times the baseline's training samples the recommended config needs to reach the baseline's
+    training loss: over the won chain of ``confirmed`` (:class:`autotune.study.races.Confirmation`), the
+    product of each race judged on the seconds to that loss (``Verdict.timed``) of the median over its
+    pairs of the candidate run's ``samples_to_target`` over the incumbent run's (a race of the same math
+    counts 1). ``None`` when no won race was timed, or a paired run lacks the figure. ``trials``: the
+    study's trials (digests will do)."""
+    if confirmed is None or not confirmed.won:
+        return None
+    by_number = {t.number: t for t in trials}
+    ratio, timed = 1.0, False
+    for race in confirmed.won:
+        if not race.verdict.timed:
+            continue
+        ratios = []
+        for pair in race.pairs:
+            inc, cand = (by_number[n].user_attrs.get("samples_to_target") if n in by_number else None for n in pair.runs)
+            if not inc or not cand:
+                return None
+            ratios.append(float(cand) / float(inc))
+        ratio, timed = ratio * statistics.median(ratios), True
+    return ratio if timed else None
+
+
+#: Samples ratio (:func:`samples_ratio`) from which the recommendation says to train longer: below it,
+#: a run's samples to the target differ by the loss curve's noise.
+LONGER_FROM = 1.05
+
+
+def longer_line(trial: int, ratio: float | None, epochs: Any = None, raised: int | None = None) -> str | None:
+    """The line that says to train the recommended config (search trial ``trial``) longer, or ``None``
+    when its samples to the baseline's loss are less than :data:`LONGER_FROM` times the baseline's.
+
+    Args:
+        ratio: :func:`samples_ratio`.
+        epochs, raised: The ``max_epochs`` the export had, and what it raised it to (``None``: not raised).
+    """
+    if ratio is None or ratio < LONGER_FROM:
+        return None
+    line = (
+        f"training length: the config of trial {trial} reached the baseline's training loss after {ratio:.2f}x the baseline's "
+        "training samples (median of its paired runs), and sooner: it changes the training math, so train it "
+        f"{ratio:.2f}x as long for the baseline's loss"
+    )
+    if raised is not None:
+        return line + f": the export raises max_epochs from {epochs} to {raised}"
+    return line + " (scale your max_epochs by it; max_steps also by the effective batch sizes' ratio)"
 
 
 def unpaired_text(trial: Any, baseline: Any) -> str:

@@ -51,6 +51,7 @@ DIGEST_KEYS = frozenset(
         "loss",
         "other_cpu_fraction",
         "samples_per_sec",
+        "samples_to_target",
         "stage",
         "steal_fraction",
         "stopped_at_target",

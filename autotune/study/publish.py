@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -19,10 +20,13 @@ from autotune.study.options import check_out_path, file_stem
 from autotune.study.records import _budget, confirmation, confirmed_speed
 from autotune.study.settings import StudySettings
 from autotune.summary import (
+    LONGER_FROM,
     confirmation_lines,
     flops_line,
     input_bound_line,
+    longer_line,
     quality_line,
+    samples_ratio,
     speedup_line,
 )
 from autotune.ui import UI
@@ -104,6 +108,20 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         training_length=(settings.model_info or {}).get("training_length"),
     )
     doc = {**user_config.get("extra", {}), **doc}
+    confirmed = confirmation(study, settings, every)
+    ratio = samples_ratio(confirmed, every)
+    epochs, raised = doc["trainer"].get("max_epochs"), None
+    if ratio is not None and ratio >= LONGER_FROM and isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
+        raised = doc["trainer"]["max_epochs"] = math.ceil(epochs * ratio)  # it needs more samples for the same loss
+    longer = longer_line(confirmed.chosen, ratio, epochs, raised) if confirmed is not None else None
+    length_lines = (
+        [longer]
+        if longer and raised is not None
+        else [
+            training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
+            *([longer] if longer else []),
+        ]
+    )
     judged, b_judged = _whole_runs(trial, baseline, every)
     loss, b_loss = judged.user_attrs["loss"], b_judged.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
@@ -118,7 +136,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
             if judged is trial and b_judged is baseline
             else f" (search trials {judged.number} and {b_judged.number}: a paired run stopped at the baseline's training loss)"
         ),
-        *confirmation_lines(confirmation(study, settings, every), settings.objective),
+        *confirmation_lines(confirmed, settings.objective),
         f"effective batch size: {config.effective_batch_size}; objective: {settings.objective}",
         *([flops] if (flops := flops_line(trial)) else []),
         *([quality] if (quality := quality_line(trial, baseline)) else []),
@@ -128,7 +146,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         + (f" x {config.num_nodes} nodes" if config.num_nodes > 1 else "")
         + _cores_note(trial, settings),
         f"versions: {_versions()}",
-        training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
+        *length_lines,
         f"run: {run_hint(settings.cli, out, settings.model_class)}",
         "",
     ]
@@ -148,7 +166,9 @@ def _whole_runs(trial, baseline, every) -> tuple[Any, Any]:
     by_number = {t.number: t for t in every}
     a = by_number.get(trial.user_attrs.get("confirm_of", trial.number), trial)
     b = by_number.get(baseline.user_attrs.get("confirm_of", baseline.number), baseline)
-    if a.user_attrs.get("loss") is None or b.user_attrs.get("loss") is None:
+    if a.user_attrs.get("loss") is None or b.user_attrs.get("loss") is None or a.user_attrs.get("feasible") is False:
+        # a longer-training candidate (records.longer_candidates) missed the loss at the search's budget: its
+        # paired run, stopped at the baseline's training loss, is the one to compare
         return trial, baseline
     return a, b
 

@@ -212,8 +212,8 @@ def _race(
                     inc_loss,
                     inc_loss if stopped else float(cand.user_attrs.get("loss", math.nan)),
                     (inc.number, cand.number),
-                    _reach(inc),
-                    _reach(cand),
+                    _reach(inc, samples > settings.samples),
+                    _reach(cand, samples > settings.samples),
                 )
             )
     tolerance = settings.loss_tolerance
@@ -304,11 +304,16 @@ def _value(trial: Any, settings: StudySettings) -> float:
     return math.nan if trial is None else objective_value(trial, settings.objective)
 
 
-def _reach(trial: Any) -> float:
+def _reach(trial: Any, reached: bool = False) -> float:
     """A paired run's seconds to the study's loss target: ``inf`` when stored as ``None`` (never, or no loss
-    curve: then both runs of a pair, of one model, have none and tie), NaN when not stored."""
+    curve: then both runs of a pair, of one model, have none and tie), NaN when not stored. With
+    ``reached`` (runs longer than ``--samples``: a longer-training candidate's race,
+    :func:`autotune.study.records.longer_candidates`) a run that did not reach the target is ``inf``, not
+    its curve's extrapolation: past twice the search's budget, an extrapolation is not a measurement."""
     if "time_to_target" not in trial.user_attrs:
         return math.nan
+    if reached and not trial.user_attrs.get("target_reached"):
+        return math.inf
     seconds = trial.user_attrs["time_to_target"]
     return math.inf if seconds is None else float(seconds)
 

@@ -19,7 +19,9 @@ its replicate runs: :func:`autotune.paired.judge`), and a race after the first s
 only when all of them are expected to fit (:func:`_over_budget`) (the training
 samples per run are chosen so that :data:`autotune.paired.PLANNED_PAIRS` pairs fit:
 :func:`autotune.paired.fit_samples`). A race judged on the seconds to the baseline's loss stops each
-run once it reaches that loss (:func:`stop_target`).
+run once it reaches that loss (:func:`stop_target`); a longer-training candidate's race
+(:func:`autotune.study.records.longer_candidates`) runs up to :data:`autotune.study.records.LONGER_FACTOR`
+times ``--samples`` per run (:func:`race_length`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
 from autotune.study.races import Race, budget_of, races_of, won_chain
-from autotune.study.records import UNRACED_ATTR, UNRACED_CANDIDATES_ATTR, _budget, confirm_candidates
+from autotune.study.records import LONGER_FACTOR, UNRACED_ATTR, UNRACED_CANDIDATES_ATTR, _budget, confirm_candidates, is_longer
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import race_line
 from autotune.ui import UI
@@ -45,6 +47,7 @@ __all__ = [
     "confirm_samples",
     "outside_seconds",
     "race_candidates",
+    "race_length",
     "run_seconds",
     "same_math_first",
     "short_samples",
@@ -328,19 +331,21 @@ def race_candidates(
         for candidate in candidates:
             first = not started_any and incumbent.number == base.number  # the race that can find any speed-up at all
             started_any = True
-            length = samples
-            if not given and samples < short_samples(settings, candidate, incumbent):
-                # shortened for a same-math race: a race of other math runs at --samples, where its loss is judged
-                length = max(1, settings.samples)
+            length = samples if given else race_length(settings, samples, candidate, incumbent)
             race, done = _run_race(
                 study, settings, ui, incumbent, candidate, (samples, length), cap, (share, outside), pools, storage_url, run_id, plan, first
             )
             ran += done
             if race.stopped and not race.pairs and length != samples:  # a shorter race after it may still fit
                 _left_unraced(study, [candidate])
+                why = (
+                    "it reached the baseline's loss only past the search's budget"
+                    if is_longer(candidate)
+                    else "its loss is judged at the search's budget"
+                )
                 ui.info(
                     f"race: trial {candidate.number}'s config changes the training math: the pairs of {length}-sample runs its race "
-                    f"needs (its loss is judged at the search's budget) would take confirmation past its budget ({allowed:.0f} s): not raced"
+                    f"needs ({why}) would take confirmation past its budget ({allowed:.0f} s): not raced"
                 )
                 continue
             rest = candidates[candidates.index(candidate) :]  # this one and those after it
@@ -362,7 +367,7 @@ def race_candidates(
                 )
                 break
             v = race.verdict
-            longer = f" ({length:,} samples per run)" if length != samples else ""
+            longer = f" ({'up to ' if is_longer(candidate) else ''}{length:,} samples per run)" if length != samples else ""
             how = f"{v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
             ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how))
             if v.outcome == "win":
@@ -377,6 +382,19 @@ def race_candidates(
             pools.close()
             shutil.rmtree(pools.log_dir, ignore_errors=True)
     return ran
+
+
+def race_length(settings: StudySettings, samples: int, candidate: Any, incumbent: Any) -> int:
+    """Training samples per run of ``candidate``'s race against ``incumbent`` (search trials), the
+    confirmation's being ``samples``: ``samples``, but at least ``--samples`` for a race of other math
+    (:func:`short_samples`: its loss is judged at the search's budget) and at least
+    :data:`autotune.study.records.LONGER_FACTOR` times ``--samples`` for a longer-training candidate
+    (:func:`autotune.study.records.is_longer`: its runs stop at the baseline's loss, where it is judged)."""
+    if is_longer(candidate):
+        return max(samples, int(LONGER_FACTOR * max(1, settings.samples)))
+    if samples < short_samples(settings, candidate, incumbent):
+        return max(1, settings.samples)
+    return samples
 
 
 def _left_unraced(study, candidates: list) -> None:
@@ -512,9 +530,9 @@ def predicted_pair(study, settings: StudySettings, samples: int, incumbent, cand
 def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any], stops: bool, typical: dict | None = None) -> float:
     """Seconds one pair of runs of ``samples`` of the two ``configs`` (their search trials) is expected to
     take: each trial's overhead (:func:`run_seconds`) plus its samples over its samples/s. With
-    ``stops`` (a race whose runs stop at the loss target, :func:`stop_target`) a run whose search trial
-    reached the target trains only to where it did (at least the quarter of the run before the first
-    check), as MLPerf's runs stop at their quality target. ``typical``: :func:`typical_overheads`, or
+    ``stops`` (a race whose runs stop at the loss target, :func:`stop_target`) a run trains only to where its search
+    trial reached the target, or its curve extrapolated it (:func:`autotune.objective.time_to_target`; at
+    least the quarter of the run before the first check), as MLPerf's runs stop at their quality target. ``typical``: :func:`typical_overheads`, or
     ``None`` (each trial's own overhead)."""
     total = 0.0
     for trial in configs:
@@ -523,7 +541,7 @@ def pair_seconds(settings: StudySettings, samples: int, configs: tuple[Any, Any]
             continue
         trained = float(samples)
         reach = trial.user_attrs.get("time_to_target")
-        if stops and trial.user_attrs.get("target_reached") and reach is not None and math.isfinite(float(reach)):
+        if stops and reach is not None and math.isfinite(float(reach)):  # reached, or extrapolated past its run
             trained = min(trained, max(samples / 4, float(reach) * sps))
         total += overhead + trained / sps
     return total

@@ -206,6 +206,10 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
     fastest such config within :data:`NEAR_TIE` of the baseline's figure is: its race is what tells a
     real 10-25% gain from a single run's noise, and the confirmation budget would otherwise go unused.
 
+    Under ``throughput`` and ``goodput``, when fewer than ``k`` are found, the longer-training candidates
+    follow (:func:`longer_candidates`: infeasible at ``--samples``, extrapolated sooner to the baseline's
+    loss with more samples), raced on longer runs.
+
     Under ``throughput`` and ``goodput`` a candidate of other math than the baseline's is also raced on
     its seconds to the loss target (:func:`autotune.paired.judge`), so one whose own search trial was
     already slower to the target than the baseline trial (or never reached it) goes after the others,
@@ -247,9 +251,57 @@ def confirm_candidates(study, settings: StudySettings, k: int) -> list:
             picked.append(every[best.number])
     if not picked and k > 0:
         picked = near
+    if settings.objective in ("throughput", "goodput") and len(picked) < k:
+        picked += longer_candidates(every, base, settings, seen)[: k - len(picked)]
     if settings.objective in ("throughput", "goodput"):
         picked.sort(key=lambda t: _slower_to_target(t, base))
     return picked
+
+
+#: Most training samples a paired run of a longer-training candidate (:func:`longer_candidates`) trains, as a
+#: multiple of ``--samples``; its runs stop at the loss target (:func:`autotune.study.racing.stop_target`).
+LONGER_FACTOR = 2.0
+
+
+def longer_candidates(every: list, base: Any, settings: StudySettings, seen: list | None = None) -> list:
+    """Search trials of other math than the baseline ``base`` that missed the loss tolerance at
+    ``--samples`` but whose training loss, extrapolated along its curve
+    (:func:`autotune.objective.time_to_target`), reaches the baseline's loss target within
+    :data:`LONGER_FACTOR` times ``--samples`` and sooner in wall time than the baseline's run by at least
+    :data:`autotune.paired.MIN_EFFECT`: fastest to the target first, params in ``seen`` left out.
+
+    A larger batch at a larger lr often needs more samples for the same loss and yet gets there sooner
+    (fewer, faster steps): the time-to-train of large-batch training (Goyal et al. 2017; MLPerf Training
+    counts the time to a quality target, whatever the samples). At equal samples it fails the loss and
+    is never a candidate; raced on runs of up to :data:`LONGER_FACTOR` times ``--samples`` that stop at the
+    baseline's loss, it wins only where it is sooner there in paired runs, and the recommendation then
+    says how much longer to train it (:func:`autotune.summary.longer_line`). Measured: the zoo's vision
+    transformer at batch 128 and 6.3x the lr missed the loss by 101% at 8,192 samples, extrapolated to
+    the target in 2.7 s against the baseline's 4.1 s.
+    """
+    from autotune.paired import MIN_EFFECT
+
+    theirs = base.user_attrs.get("time_to_target")
+    if theirs is None or not math.isfinite(float(theirs)):
+        return []
+    ceiling = LONGER_FACTOR * max(1, settings.samples)
+    found = []
+    for t in full_budget_trials(every):
+        attrs = t.user_attrs
+        mine, samples = attrs.get("time_to_target"), attrs.get("samples_to_target")
+        if attrs.get("feasible") is not False or attrs.get("baseline") or attrs.get("target_reached") or mine is None or samples is None:
+            continue
+        if float(samples) > ceiling or float(mine) * (1 + MIN_EFFECT) >= float(theirs) or t.params in (seen or []):
+            continue
+        if _same_math(base.user_attrs.get("config"), attrs.get("config")):
+            continue  # the baseline's math that missed its loss: broken, not slow to converge
+        found.append(t)
+    return sorted(found, key=lambda t: float(t.user_attrs["time_to_target"]))
+
+
+def is_longer(trial: Any) -> bool:
+    """Whether a candidate search trial is a longer-training one (:func:`longer_candidates`): it missed the loss at ``--samples``."""
+    return trial.user_attrs.get("feasible") is False
 
 
 def _near_tie(trial: Any, base: Any, objective: str) -> bool:

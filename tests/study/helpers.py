@@ -94,11 +94,11 @@ def add(study, sps: float | None = 100.0, loss: float | None = 1.0, state: str =
 
 
 def race(study, candidate, incumbent_values, candidate_values, incumbent: int = 0, incumbent_loss: float = 1.0,
-         candidate_loss: float = 1.0, samples: int = 2048, cap: int = 6, failed: int = 0, reach=None, stopped=()):
+         candidate_loss: float = 1.0, samples: int = 2048, cap: int = 6, failed: int = 0, reach=None, stopped=(), reached=True):
     """Paired runs of a race of trial ``candidate``'s config against trial ``incumbent``'s, stored as
     :mod:`autotune.study.racing` stores them (pair ``i`` runs first what :func:`autotune.paired.runs_first`
     says), then ``failed`` failed candidate runs in the next pairs; ``reach``: ``(incumbent's, candidate's)`` seconds
-    to the loss target of each run (``time_to_target``); ``stopped``: the roles whose runs stopped at the loss
+    to the loss target of each run (``time_to_target``; reached, ``target_reached``, unless ``None``, or the candidate's without ``reached``); ``stopped``: the roles whose runs stopped at the loss
     target (``stopped_at_target``). Returns ``[(incumbent run, candidate run)]``."""
     from autotune.paired import runs_first
 
@@ -115,6 +115,7 @@ def race(study, candidate, incumbent_values, candidate_values, incumbent: int = 
             value, loss = (inc, incumbent_loss) if role == "incumbent" else (cand, candidate_loss)
             if reach is not None:
                 attrs["time_to_target"] = reach[0 if role == "incumbent" else 1][i]
+                attrs["target_reached"] = attrs["time_to_target"] is not None and (reached or role == "incumbent")
             if role in stopped:
                 attrs["stopped_at_target"] = True
             runs[role] = add(study, value, loss, attrs=attrs, **configs[of])

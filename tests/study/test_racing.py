@@ -133,7 +133,7 @@ def test_candidates_the_budget_left_unraced_are_named_while_a_decided_race_does_
     assert confirmed.unraced == (fast.number,)  # the raced one is not "unraced"
     (line, *rest) = confirmation_lines(confirmed, "throughput")
     assert line.startswith("not confirmed: no candidate raced was shown at least 5% better") and "1 other(s) were not raced" in line
-    assert rest[-1] == (f"not raced: trial {fast.number}'s config, feasible in the search: the confirmation budget had no room for "
+    assert rest[-1] == (f"not raced: trial {fast.number}'s config, found in the search: the confirmation budget had no room for "
                         "their pairs; a longer search (--trials) or --confirm-share 0.3 makes room")
 
 
