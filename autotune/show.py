@@ -97,7 +97,7 @@ def left_out_line(choice: TableChoice, total: int, objective: str) -> str | None
     kept = "".join(f"{words}, " for words in choice.kept[:-1]) + (f"{choice.kept[-1]} and " if choice.kept else "")
     states = ", ".join(f"{n:,} {state.lower()}" for state, n in choice.left_out.most_common())
     return (
-        f"{shown:,} of {total:,} trials shown ({kept}the {best:,} best complete by {_RANKED_BY.get(objective, 'samples/s')}); "
+        f"{shown:,} of {total:,} trials shown ({kept}the {best:,} best complete by {_RANKED_BY.get(objective, 'samples/s')}, feasible first); "
         f"{sum(choice.left_out.values()):,} left out ({states}): --limit N shows N rows, --all every trial, "
         "--format json or yaml every trial in full"
     )

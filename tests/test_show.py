@@ -54,12 +54,13 @@ def test_the_default_table_shows_the_recommended_the_baseline_and_the_best_and_s
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     feasible = [t for t in complete if t.user_attrs["feasible"]]
     recommended = max(feasible, key=lambda t: t.user_attrs["samples_per_sec"]).number
-    fastest = sorted((t for t in complete if t.number not in (0, recommended)), key=lambda t: -t.user_attrs["samples_per_sec"])
+    fastest = sorted((t for t in complete if t.number not in (0, recommended)),
+                     key=lambda t: (not t.user_attrs["feasible"], -t.user_attrs["samples_per_sec"]))
     assert len(rows) == SHOW_LIMIT == 25 and rows == sorted(rows)  # in trial-number order, as a table of every trial
     assert set(rows) == {0, recommended, *(t.number for t in fastest[:23])}
     assert re.search(rf"^│\s*{recommended} │.*recommended", out, re.M) and re.search(r"^│\s*0 │.*baseline", out, re.M)
     assert (
-        "25 of 60 trials shown (the recommended trial, the baseline and the 23 best complete by samples/s); 35 left out "
+        "25 of 60 trials shown (the recommended trial, the baseline and the 23 best complete by samples/s, feasible first); 35 left out "
         "(31 complete, 3 fail, 1 pruned): --limit N shows N rows, --all every trial, --format json or yaml every trial in full"
     ) in out
     assert "OOM frontier:" in out  # the lines under the table still cover every trial
@@ -148,12 +149,12 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
     choice = choose_rows(trials, "throughput", 3, keep={2: "the recommended trial", 0: "the baseline"})
     assert choice.numbers == [0, 1, 2] and choice.kept == ["the recommended trial", "the baseline"]
     assert left_out_line(choice, 5, "throughput") == (
-        "3 of 5 trials shown (the recommended trial, the baseline and the 1 best complete by samples/s); 2 left out "
+        "3 of 5 trials shown (the recommended trial, the baseline and the 1 best complete by samples/s, feasible first); 2 left out "
         "(2 complete): --limit N shows N rows, --all every trial, --format json or yaml every trial in full"
     )
     choice = choose_rows(trials, "goodput", 3, keep={0: "the baseline"})
     assert choice.numbers == [0, 2, 3] and choice.kept == ["the baseline"] and dict(choice.left_out) == {"COMPLETE": 2}
-    assert left_out_line(choice, 5, "goodput").startswith("3 of 5 trials shown (the baseline and the 2 best complete by goodput)")
+    assert left_out_line(choice, 5, "goodput").startswith("3 of 5 trials shown (the baseline and the 2 best complete by goodput, feasible first)")
     assert choose_rows(trials, "throughput", 1, keep={2: "the recommended trial", 0: "the baseline"}).numbers == [2]
     # a NaN samples/s ranks last, not first
     assert choose_rows(trials, "throughput", 4).numbers == [0, 1, 2, 4]
@@ -190,7 +191,7 @@ def test_a_confirmed_study_keeps_the_recommended_run_the_baseline_and_its_median
     assert re.search(rf"^│\s*{pairs[2][1].number} │.*recommended", out, re.M)
     assert "4.35x faster [" in out and "over 3 pair(s) of runs vs the baseline" in out
     assert (
-        "5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best complete by samples/s)"
+        "5 of 41 trials shown (the recommended trial, the baseline, the baseline's median paired run and the 2 best complete by samples/s, feasible first)"
     ) in out
 
 

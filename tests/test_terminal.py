@@ -342,7 +342,7 @@ def test_the_loss_column_is_named_after_the_metric_every_row_holds(sources, head
     assert [cell.strip() for cell in head.replace("┃", "│").split("│") if cell.strip()][-1] == header
 
 
-def test_the_summary_table_keeps_the_recommended_trial_and_the_baseline_below_the_ten_best():
+def test_the_summary_table_ranks_the_feasible_trials_first_and_keeps_the_recommended_trial_and_the_baseline():
     study = make_study()
     add(study, 100.0, 1.0, baseline=True)
     for i in range(12):  # twelve faster configs, all infeasible (their loss is far worse)
@@ -356,7 +356,9 @@ def test_the_summary_table_keeps_the_recommended_trial_and_the_baseline_below_th
     ui.summary(study, settings, recommended, baseline, None)
     text = out.getvalue()
     numbers = [int(line.split("│")[1]) for line in text.splitlines() if line.count("│") > 3 and line.split("│")[1].strip().isdigit()]
-    assert len(numbers) == 12 and {0, chosen.number} <= set(numbers) and "then the recommended trial and the baseline" in text
+    # the two feasible ones head it (a faster config that failed the loss cannot be recommended), the infeasible follow
+    assert len(numbers) == 10 and numbers[:2] == [chosen.number, 0] and "then the recommended trial and the baseline" not in text
+    assert numbers[2:] == list(range(12, 4, -1))  # the fastest eight of the twelve infeasible ones
     # raced: the recommendation's baseline is its median paired run; the baseline trial itself is kept too
     (pair,) = race(study, chosen.number, [100.0], [150.0], samples=1024)
     recommended, baseline = recommendation(study, settings)
