@@ -139,3 +139,24 @@ def test_a_longer_candidate_that_wins_is_recommended_with_more_epochs(monkeypatc
     assert "max_epochs=10, as in your own runs" not in text
     # the loss line compares the paired runs at the baseline's training loss, not the search trial's 1.4 at --samples
     assert "val_loss: 1.02 vs baseline 1 (tolerance 5%), after 1500 training samples (its paired run stopped" in text
+
+
+def test_a_longer_candidate_s_pair_is_predicted_to_its_extrapolated_samples_to_the_target():
+    import datetime
+    from types import SimpleNamespace
+
+    from autotune.study.racing import pair_seconds
+
+    settings = make_settings()  # 1,024 samples per trial
+    t0 = datetime.datetime(2026, 1, 1)
+
+    def trial(sps, **attrs):  # a search trial of 1,024 samples with 1 s of overhead
+        end = t0 + datetime.timedelta(seconds=1.0 + settings.samples / sps)
+        return SimpleNamespace(datetime_start=t0, datetime_complete=end, user_attrs={"samples_per_sec": sps, **attrs})
+
+    base = trial(100.0, time_to_target=9.0, target_reached=True)  # 900 samples
+    longer = trial(400.0, time_to_target=4.0, target_reached=False)  # 1,600 samples, extrapolated
+    length = int(LONGER_FACTOR * settings.samples)
+    assert abs(pair_seconds(settings, length, (base, longer), True) - (1.0 + 9.0 + 1.0 + 4.0)) < 1e-9
+    # not stopping at the target (a DDP race): both train the whole 2,048 samples
+    assert abs(pair_seconds(settings, length, (base, longer), False) - (1.0 + 20.48 + 1.0 + 5.12)) < 1e-9
