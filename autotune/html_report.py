@@ -481,7 +481,13 @@ def write_report(
             said = (
                 f"Recommended: trial {recommended.number} (the config of trial {speed['trial']}, confirmed): "
                 + ratio_text(
-                    speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective, f"the baseline ({names['baseline']})"
+                    speed["ratio"],
+                    speed["low"],
+                    speed["high"],
+                    speed["pairs"],
+                    settings.objective,
+                    f"the baseline ({names['baseline']})",
+                    races=speed.get("races", 1),
                 )
                 if speed["won"]
                 else f"Recommended: the baseline ({names['baseline']}): no candidate was shown better in paired runs (1.00x)"

@@ -483,7 +483,7 @@ class ConsoleUI:
 
             said = (
                 f"(the config of trial {speed['trial']}, confirmed): [bold]"
-                + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective)
+                + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], settings.objective, races=speed.get("races", 1))
                 + "[/bold]"
                 + timed_caveat(speed)
                 if speed["won"]

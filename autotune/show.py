@@ -94,10 +94,14 @@ def left_out_line(choice: TableChoice, total: int, objective: str) -> str | None
         return None
     shown = len(choice.numbers)
     best = shown - len(choice.kept)
-    kept = "".join(f"{words}, " for words in choice.kept[:-1]) + (f"{choice.kept[-1]} and " if choice.kept else "")
+    ranked = f"the {best:,} best complete by {_RANKED_BY.get(objective, 'samples/s')}, feasible first" if best else ""
+    if best:
+        kept = "".join(f"{words}, " for words in choice.kept[:-1]) + (f"{choice.kept[-1]} and " if choice.kept else "")
+    else:  # every row shown is one kept (--limit as small as they are): "the recommended trial and the baseline"
+        kept = ", ".join(choice.kept[:-1]) + (" and " if len(choice.kept) > 1 else "") + (choice.kept[-1] if choice.kept else "")
     states = ", ".join(f"{n:,} {state.lower()}" for state, n in choice.left_out.most_common())
     return (
-        f"{shown:,} of {total:,} trials shown ({kept}the {best:,} best complete by {_RANKED_BY.get(objective, 'samples/s')}, feasible first); "
+        f"{shown:,} of {total:,} trials shown ({kept}{ranked}); "
         f"{sum(choice.left_out.values()):,} left out ({states}): --limit N shows N rows, --all every trial, "
         "--format json or yaml every trial in full"
     )

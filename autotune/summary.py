@@ -41,8 +41,10 @@ _BETTER = {"time-to-quality": "faster to the target", "goodput": "more goodput"}
 _AS = {"time-to-quality": "as fast to the target", "goodput": "the goodput"}
 
 
-def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str, versus: str = "the baseline") -> str:
-    """``"1.62x faster [1.41x, 1.86x] over 4 pair(s) of runs vs the baseline"`` (4 pairs: 8 runs).
+def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str, versus: str = "the baseline", races: int = 1) -> str:
+    """``"1.62x faster [1.41x, 1.86x] over 4 pair(s) of runs vs the baseline"`` (4 pairs: 8 runs); over a
+    chain of ``races`` won races (each against the winner before it, :func:`autotune.paired.chain`),
+    ``"... over 6 pair(s) of runs in a chain of 2 won races from the baseline"``.
 
     Args:
         ratio, low, high: The ratio (> 1: better) and its 90% interval (:mod:`autotune.paired`).
@@ -53,6 +55,8 @@ def ratio_text(ratio: float, low: float, high: float, pairs: int, objective: str
     interval = f" [{low:.2f}x, {high:.2f}x]" if math.isfinite(low) and math.isfinite(high) else ""
     # "1.00x as fast", not "1.00x faster", for a ratio that rounds to 1
     word = _BETTER.get(objective, "faster") if round(ratio, 2) > 1 else _AS.get(objective, "as fast")
+    if races > 1:
+        return f"{ratio:.2f}x {word}{interval} over {pairs} pair(s) of runs in a chain of {races} won races from {versus}"
     return f"{ratio:.2f}x {word}{interval} over {pairs} pair(s) of runs vs {versus}"
 
 
@@ -71,7 +75,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         samples = f"{lengths[0]:,}" if len(lengths) == 1 else f"{lengths[0]:,} to {lengths[-1]:,}"
         lines = [
             f"confirmed: the config of trial {confirmed.chosen} is "
-            f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective)} ({samples} samples per run)"
+            f"{ratio_text(confirmed.ratio, confirmed.low, confirmed.high, confirmed.pairs, objective, races=len(confirmed.won))} ({samples} samples per run)"
         ]
     else:
         lines = [_unconfirmed_line(confirmed, objective)]
@@ -93,7 +97,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
         lines.append(
             f"not raced: {names} config{'s' if len(confirmed.unraced) > 1 else ''}, found in the search: the confirmation budget "
-            "had no room for their pairs; a longer search (--trials) or --confirm-share 0.3 makes room"
+            f"had no room for {'their' if len(confirmed.unraced) > 1 else 'its'} pairs; a longer search (--trials) or a larger --confirm-share makes room"
         )
     return lines
 
@@ -124,7 +128,7 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
     budget had no room for a pair), a race was stopped by the budget before a decision (its candidate
     ahead: a speed-up perhaps left unproven, and what makes room; or behind), or every race was decided
     ("confirmed")."""
-    room = "a longer search (--trials) or --confirm-share 0.3 makes room"
+    room = "a longer search (--trials) or a larger --confirm-share makes room"
     if not confirmed.races:
         return (
             "not confirmed: a pair of runs of the best candidate and the baseline would take confirmation past its budget, "
@@ -204,7 +208,7 @@ def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any, obj
     if speed is not None and speed["won"]:
         return (
             f"measured: the config of trial {speed['trial']} is "
-            + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], objective)
+            + ratio_text(speed["ratio"], speed["low"], speed["high"], speed["pairs"], objective, races=speed.get("races", 1))
             + timed_caveat(speed)
         )
     if speed is not None:
@@ -220,7 +224,7 @@ def timed_caveat(speed: Mapping[str, Any]) -> str:
     if not speed.get("timed"):
         return ""
     return (
-        f", in seconds to the baseline's training loss over {int(speed['samples']):,} training samples per run: it changes the "
+        f", in seconds to the baseline's training loss in runs of up to {int(speed['samples']):,} training samples: it changes the "
         "training math, so over the model's own training length the gain can be smaller or larger"
     )
 
@@ -400,7 +404,7 @@ def _raced_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any],
             continue
         figure = ratio_text(v.ratio, v.low, v.high, v.pairs, settings.objective, "this config")
         if not v.decided and v.ratio > 1 + MIN_EFFECT:  # ahead when the budget stopped it: not shown slower either
-            figure += ", undecided: the confirmation budget stopped its race (--confirm-share 0.3 gives it room)"
+            figure += ", undecided: the confirmation budget stopped its race (a larger --confirm-share gives it room)"
         out[int(theirs.get("num_workers") or 0)] = figure
     return out
 

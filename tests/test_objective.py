@@ -379,7 +379,7 @@ def test_input_bound_line_says_a_race_of_other_workers_that_was_ahead_was_stoppe
     settings = make_settings(space=space)
     trials = study.get_trials(deepcopy=False)
     line = input_bound_line(trials[0], settings, trials)
-    assert "(2: 1.64x faster" in line and "undecided: the confirmation budget stopped its race (--confirm-share 0.3" in line, line
+    assert "(2: 1.64x faster" in line and "undecided: the confirmation budget stopped its race (a larger --confirm-share" in line, line
 
 
 def test_input_bound_line_does_not_suggest_workers_that_measured_slower_with_every_other_knobs_tried():

@@ -152,6 +152,8 @@ def test_choose_rows_keeps_the_kept_trials_first_and_ranks_by_the_objective():
         "3 of 5 trials shown (the recommended trial, the baseline and the 1 best complete by samples/s, feasible first); 2 left out "
         "(2 complete): --limit N shows N rows, --all every trial, --format json or yaml every trial in full"
     )
+    choice = choose_rows(trials, "throughput", 2, keep={2: "the recommended trial", 0: "the baseline"})  # no room for a best one
+    assert left_out_line(choice, 5, "throughput").startswith("2 of 5 trials shown (the recommended trial and the baseline); 3 left out")
     choice = choose_rows(trials, "goodput", 3, keep={0: "the baseline"})
     assert choice.numbers == [0, 2, 3] and choice.kept == ["the baseline"] and dict(choice.left_out) == {"COMPLETE": 2}
     assert left_out_line(choice, 5, "goodput").startswith("3 of 5 trials shown (the baseline and the 2 best complete by goodput, feasible first)")

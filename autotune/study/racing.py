@@ -355,7 +355,7 @@ def race_candidates(
                 ui.info(
                     f"confirmation: a pair of runs of trial {candidate.number}'s config and the baseline would take confirmation "
                     f"past its budget ({allowed:.0f} s, {share:.0%} of the run): not raced, and the baseline is recommended; "
-                    "a longer search (--trials) or --confirm-share 0.3 makes room"
+                    f"a longer search (--trials) or a --confirm-share above {share:g} makes room"
                 )
                 break
             versus = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config"

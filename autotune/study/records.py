@@ -416,11 +416,11 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one).
 
     Returns:
-        ``{"trial", "ratio", "low", "high", "pairs", "baseline_trial", "samples", "won", "timed"}``: the chosen
+        ``{"trial", "ratio", "low", "high", "pairs", "baseline_trial", "samples", "won", "timed", "races"}``: the chosen
         config's search trial, the ratio (> 1: better) and its 90% interval, the paired runs behind
         it, the baseline's search trial, samples per paired run, whether any race was won (else
         the baseline is recommended at 1.00x), and whether a won race was judged on the seconds to the
-        baseline's loss (a config of other math: ``Verdict.timed``).
+        baseline's loss (a config of other math: ``Verdict.timed``), and the won races behind the ratio.
     """
 
     confirmed = confirmation(study, settings, trials)
@@ -436,4 +436,5 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         "samples": confirmed.won[-1].samples if confirmed.won else confirmed.samples,
         "won": bool(confirmed.won),
         "timed": any(r.verdict.timed for r in confirmed.won),
+        "races": len(confirmed.won),
     }

@@ -178,7 +178,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
     if confirm and leader is None:
         ui.info(
             f"plan: {add} trial(s){' the stopped run left' if stopped else ''} + up to {2 * opts.confirm_repeats * confirm} paired confirmation run(s) "
-            f"(up to {confirm} config(s), the best that are feasible, raced against the baseline, at most {opts.confirm_repeats} pairs each), "
+            f"(up to {confirm} config(s), the best feasible ones, then any larger batch on course to the baseline's loss sooner, raced against the baseline, at most {opts.confirm_repeats} pairs each), "
             f"within {opts.confirm_share:.0%} of the run's wall time"
         )
     if space_line:

@@ -191,7 +191,7 @@ def test_a_speed_up_of_other_math_says_it_was_measured_to_the_baseline_s_loss_ov
     speed = confirmed_speed(study, _settings(study))
     assert speed["won"] and speed["timed"] and speed["ratio"] > 1.8
     line = speedup_line(speed, bigger, base)
-    assert "faster" in line and "in seconds to the baseline's training loss over 2,048 training samples per run" in line
+    assert "faster" in line and "in seconds to the baseline's training loss in runs of up to 2,048 training samples" in line
     # a config of the baseline's math is judged on samples/s: no caveat
     study = make_study()
     base = add(study, 100.0, 1.0, baseline=True)
