@@ -308,8 +308,9 @@ def _reach(trial: Any, reached: bool = False) -> float:
     """A paired run's seconds to the study's loss target: ``inf`` when stored as ``None`` (never, or no loss
     curve: then both runs of a pair, of one model, have none and tie), NaN when not stored. With
     ``reached`` (runs longer than ``--samples``: a longer-training candidate's race,
-    :func:`autotune.study.records.longer_candidates`) a run that did not reach the target is ``inf``, not
-    its curve's extrapolation: past twice the search's budget, an extrapolation is not a measurement."""
+    :func:`autotune.study.records.longer_candidates`, and any race of a confirmation lengthened past
+    ``--samples``) a run that did not reach the target is ``inf``, not its curve's extrapolation: past
+    the search's budget, an extrapolation is not a measurement."""
     if "time_to_target" not in trial.user_attrs:
         return math.nan
     if reached and not trial.user_attrs.get("target_reached"):
