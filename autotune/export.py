@@ -12,6 +12,7 @@ figures, the hardware and the versions.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,13 @@ import yaml
 from autotune.config import TrialConfig
 from autotune.lightning_cli import get_dotted, set_dotted
 
-__all__ = ["config_from_lightning_cli", "lightning_cli_config", "render_yaml", "training_length_line"]
+__all__ = [
+    "config_from_lightning_cli",
+    "lightning_cli_config",
+    "render_yaml",
+    "scale_training_length",
+    "training_length_line",
+]
 
 #: The Trainer arguments that set how long ``fit`` trains (:func:`autotune.inspection.training_length`).
 _LENGTH_KEYS = ("max_epochs", "max_steps", "max_time")
@@ -166,6 +173,39 @@ def _extended_notes(
             f"torch.set_float32_matmul_precision({config.float32_matmul_precision!r}) before training"
         )
     return notes
+
+
+def scale_training_length(
+    trainer: dict[str, Any], baseline_batch: int, batch: int, ratio: float | None = None
+) -> dict[str, tuple[int, int]]:
+    """Rescale, in place, the exported ``trainer:`` section's ``max_epochs`` and ``max_steps`` so the
+    recommended config trains ``ratio`` times the training samples the user's own length gives the
+    baseline (its samples to the baseline's loss over the baseline's: ``autotune.summary.samples_ratio``).
+
+    ``max_epochs`` (passes over the data) becomes ``ceil(max_epochs x ratio)``. ``max_steps`` counts
+    optimizer steps, each of one effective batch (per-device batch x accumulation x devices x nodes)
+    of samples, so it becomes ``ceil(max_steps x baseline_batch / batch x ratio)``: a user's 1,000 steps
+    at effective batch 32 are 32,000 samples, which the recommended effective batch 128 takes in 250.
+    Only positive integers are scaled (``-1`` or ``None`` mean no limit; ``max_time`` is a wall-clock
+    length, which a faster config fills with more samples).
+
+    Args:
+        trainer: The export's ``trainer:`` mapping; changed in place.
+        baseline_batch, batch: The baseline's and the recommended config's effective batch sizes (samples, >= 1).
+        ratio: Samples ratio, ``None`` for 1 (the recommendation trains as many samples as the baseline).
+
+    Returns:
+        ``{key: (old, new)}`` for each key whose value changed.
+    """
+    factors = {"max_epochs": ratio or 1.0, "max_steps": baseline_batch / batch * (ratio or 1.0)}
+    changed = {}
+    for key, factor in factors.items():
+        old = trainer.get(key)
+        if isinstance(old, int) and not isinstance(old, bool) and old > 0:
+            new = math.ceil(old * factor - 1e-9)  # (a product whole up to float rounding stays whole)
+            if new != old:
+                trainer[key], changed[key] = new, (old, new)
+    return changed
 
 
 def training_length_line(training_length: Mapping[str, Any] | None, user_trainer: Mapping[str, Any]) -> str:

@@ -258,13 +258,14 @@ def samples_ratio(confirmed: Any, trials: Sequence[Any]) -> float | None:
 LONGER_FROM = 1.05
 
 
-def longer_line(trial: int, ratio: float | None, epochs: Any = None, raised: int | None = None) -> str | None:
+def longer_line(trial: int, ratio: float | None, changes: Mapping[str, tuple[int, int]] | None = None) -> str | None:
     """The line that says to train the recommended config (search trial ``trial``) longer, or ``None``
     when its samples to the baseline's loss are less than :data:`LONGER_FROM` times the baseline's.
 
     Args:
         ratio: :func:`samples_ratio`.
-        epochs, raised: The ``max_epochs`` the export had, and what it raised it to (``None``: not raised).
+        changes: What the export changed (:func:`autotune.export.scale_training_length`); ``None`` or
+            empty: the line says how to scale the user's own length by hand.
     """
     if ratio is None or ratio < LONGER_FROM:
         return None
@@ -273,9 +274,27 @@ def longer_line(trial: int, ratio: float | None, epochs: Any = None, raised: int
         "training samples (median of its paired runs), and sooner: it changes the training math, so train it "
         f"{ratio:.2f}x as long for the baseline's loss"
     )
-    if raised is not None:
-        return line + f": the export raises max_epochs from {epochs} to {raised}"
-    return line + " (scale your max_epochs by it; max_steps also by the effective batch sizes' ratio)"
+    if changes:
+        return line + ": the export " + " and ".join(_length_change(key, old, new) for key, (old, new) in changes.items())
+    return line + " (scale your max_epochs by it, and max_steps by it times the baseline's effective batch size over this config's)"
+
+
+def _length_change(key: str, old: int, new: int) -> str:
+    return f"{'raises' if new > old else 'lowers'} {key} from {old:,} to {new:,}"
+
+
+def steps_line(changes: Mapping[str, tuple[int, int]], baseline_batch: int, batch: int) -> str | None:
+    """The export header's line when the recommendation's effective batch size changed the user's
+    ``max_steps`` (:func:`autotune.export.scale_training_length` with no samples ratio):
+    ``"training length: the export lowers max_steps from 1,000 to 250: at effective batch size 128 they
+    train the 32,000 samples of the baseline's 1,000 steps at 32 (...)"``; ``None`` when ``max_steps`` is unchanged."""
+    if "max_steps" not in changes:
+        return None
+    old, new = changes["max_steps"]
+    return (
+        f"training length: the export {_length_change('max_steps', old, new)}: at effective batch size {batch} they train "
+        f"the {old * baseline_batch:,} samples of the baseline's {old:,} steps at {baseline_batch} (the rest of the length as in your own runs)"
+    )
 
 
 def unpaired_text(trial: Any, baseline: Any) -> str:

@@ -142,6 +142,45 @@ def test_the_export_header_names_the_training_length(tmp_path):
         assert yaml.safe_load(text)["trainer"].get("max_epochs") == info["training_length"].get("max_epochs")
 
 
+def test_max_steps_is_scaled_to_the_baseline_s_samples_at_the_recommended_effective_batch():
+    """max_steps counts optimizer steps: the user's 1,000 at effective batch 32 are 32,000 samples,
+    which effective batch 128 trains in 250 (max_epochs counts passes: only a samples ratio moves it)."""
+    from autotune.export import scale_training_length
+
+    trainer = {"max_steps": 1000, "max_epochs": 7, "max_time": "00:01:00:00"}
+    assert scale_training_length(trainer, 32, 128) == {"max_steps": (1000, 250)}
+    assert trainer == {"max_steps": 250, "max_epochs": 7, "max_time": "00:01:00:00"}
+    trainer = {"max_steps": 1000, "max_epochs": 10}
+    assert scale_training_length(trainer, 32, 96, ratio=1.7) == {"max_steps": (1000, 567), "max_epochs": (10, 17)}
+    # no limit (-1, None), a bool, or the same effective batch without a ratio: nothing changes
+    for trainer in ({"max_steps": -1, "max_epochs": None}, {"max_steps": True}, {"max_steps": 1000}):
+        before = dict(trainer)
+        assert scale_training_length(trainer, 32, 128 if "max_epochs" in trainer else 32) == {}
+        assert trainer == before
+    assert scale_training_length({"max_steps": 400}, 128, 32) == {"max_steps": (400, 1600)}  # a smaller batch needs more steps
+
+
+def test_the_export_header_says_when_it_scales_the_user_s_max_steps(tmp_path):
+    from autotune.study.publish import export_study
+    from autotune.study.settings import settings_of
+    from tests.study.helpers import add, make_study
+
+    cpu = {"accelerator": "cpu", "device_count": 1, "device_name": "cpu", "cpu_count": 2, "bf16_supported": False, "device_memory_gib": 8.0}
+    study = make_study(model_info={"training_length": {"max_steps": 1000, "max_epochs": 7}}, hardware=cpu)
+    baseline = add(study, 100.0, baseline=True)  # batch 16
+    larger = add(study, 150.0, batch_size=64)
+    split = add(study, 140.0, num_workers=1)  # the baseline's effective batch
+    text = export_study(study, settings_of(study), larger, baseline, tmp_path / "a.yaml", "sqlite:///x.db").read_text()
+    assert yaml.safe_load(text)["trainer"] == {**yaml.safe_load(text)["trainer"], "max_steps": 250, "max_epochs": 7}
+    assert (
+        "# training length: the export lowers max_steps from 1,000 to 250: at effective batch size 64 they train the 16,000 "
+        "samples of the baseline's 1,000 steps at 16 (the rest of the length as in your own runs)"
+    ) in text
+    text = export_study(study, settings_of(study), split, baseline, tmp_path / "b.yaml", "sqlite:///x.db").read_text()
+    assert yaml.safe_load(text)["trainer"]["max_steps"] == 1000
+    assert "# training length: max_steps=1000 (your LightningCLI's default), max_epochs=7 (your LightningCLI's default), as in" in text
+
+
 def test_the_export_header_gives_the_loss_limit_the_recommended_config_was_held_to(tmp_path):
     """A config of the baseline's math is judged against the sanity check's wider limit (15% at the
     default 5%): its header says so, not "tolerance 5%" beside a loss 8% above the baseline's."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -12,7 +11,7 @@ from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.contention import busy_run_line
-from autotune.export import lightning_cli_config, one_line, render_yaml, training_length_line, write_private
+from autotune.export import lightning_cli_config, one_line, render_yaml, scale_training_length, training_length_line, write_private
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import mask_url, storage_file
@@ -28,6 +27,7 @@ from autotune.summary import (
     quality_line,
     samples_ratio,
     speedup_line,
+    steps_line,
 )
 from autotune.ui import UI
 
@@ -110,18 +110,18 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     doc = {**user_config.get("extra", {}), **doc}
     confirmed = confirmation(study, settings, every)
     ratio = samples_ratio(confirmed, every)
-    epochs, raised = doc["trainer"].get("max_epochs"), None
-    if ratio is not None and ratio >= LONGER_FROM and isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
-        raised = doc["trainer"]["max_epochs"] = math.ceil(epochs * ratio)  # it needs more samples for the same loss
-    longer = longer_line(confirmed.chosen, ratio, epochs, raised) if confirmed is not None else None
-    length_lines = (
-        [longer]
-        if longer and raised is not None
-        else [
-            training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {}),
-            *([longer] if longer else []),
-        ]
-    )
+    base_batch = TrialConfig.from_dict(settings.baseline_config).effective_batch_size
+    changes = scale_training_length(
+        doc["trainer"], base_batch, config.effective_batch_size, ratio if ratio is not None and ratio >= LONGER_FROM else None
+    )  # it needs more samples for the same loss, or another effective batch takes them in other steps
+    longer = longer_line(confirmed.chosen, ratio, changes) if confirmed is not None else None
+    if longer and changes:
+        length_lines = [longer]
+    elif steps := steps_line(changes, base_batch, config.effective_batch_size):
+        length_lines = [steps]
+    else:
+        user_length = training_length_line((settings.model_info or {}).get("training_length"), user_config.get("trainer") or {})
+        length_lines = [user_length, *([longer] if longer else [])]
     judged, b_judged = _whole_runs(trial, baseline, every)
     loss, b_loss = judged.user_attrs["loss"], b_judged.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)

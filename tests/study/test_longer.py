@@ -81,14 +81,14 @@ def test_a_longer_candidate_that_wins_is_recommended_with_more_epochs(monkeypatc
     """The zoo's vision transformer: batch 128 at a larger lr missed the loss at --samples, but its curve
     reached the baseline's loss sooner with more samples. Its race runs up to twice --samples, stopping
     at that loss; it wins on the seconds to it, and the export trains it as many times longer as its
-    paired runs needed more samples (max_epochs 10 -> 15), its header comparing the paired runs' losses."""
+    paired runs needed more samples (max_epochs 10 -> 17, max_steps in its larger batches' steps), its header comparing the paired runs' losses."""
     from autotune.study import racing
     from autotune.study.publish import export_study
     from autotune.study.records import confirmation, recommendation
     from autotune.study.settings import settings_of
     from autotune.summary import samples_ratio
 
-    study = make_study(hardware=CPU, model_info={"training_length": {"max_epochs": 10}})
+    study = make_study(hardware=CPU, model_info={"training_length": {"max_epochs": 10, "max_steps": 1000}})
     settings = settings_of(study)
     study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 10000.0}])
     add(study, 100.0, 1.0, baseline=True, attrs=_reach(9.0, 900.0, True))
@@ -131,10 +131,11 @@ def test_a_longer_candidate_that_wins_is_recommended_with_more_epochs(monkeypatc
     recommended, baseline = recommendation(study, settings)
     text = export_study(study, settings, recommended, baseline, tmp_path / "best.yaml", "sqlite:///x.db").read_text()
     assert yaml.safe_load(text)["trainer"]["max_epochs"] == 17  # ceil(10 x 1.667)
+    assert yaml.safe_load(text)["trainer"]["max_steps"] == 209  # ceil(1000 x 16 / 128 x 1.667): steps of 8x the samples
     assert (
         f"# training length: the config of trial {longer.number} reached the baseline's training loss after 1.67x the baseline's "
         "training samples (median of its paired runs), and sooner: it changes the training math, so train it 1.67x as long for the "
-        "baseline's loss: the export raises max_epochs from 10 to 17"
+        "baseline's loss: the export raises max_epochs from 10 to 17 and lowers max_steps from 1,000 to 209"
     ) in text
     assert "max_epochs=10, as in your own runs" not in text
     # the loss line compares the paired runs at the baseline's training loss, not the search trial's 1.4 at --samples
