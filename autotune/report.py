@@ -412,7 +412,8 @@ class ConsoleUI:
             self.warn(line)
 
     def summary(self, study, settings, recommended, baseline, export_path) -> None:
-        from autotune.study import BASELINE_ATTR, confirmation, confirmed_speed, oom_frontier
+        from autotune.study import BASELINE_ATTR, confirmation, oom_frontier
+        from autotune.study.records import speed_of
 
         every = study.get_trials(deepcopy=False)  # one read for every line below (a server database: one round trip)
         rows = trial_rows(study, recommended.number if recommended else None, trials=every)
@@ -477,7 +478,8 @@ class ConsoleUI:
                 self.console.print(line, markup=False)
             self.console.print("no feasible trial yet: nothing to recommend")
             return
-        speed = confirmed_speed(study, settings, every)
+        confirmed = confirmation(study, settings, every)  # read once: the speed, its lines and the training length
+        speed = speed_of(confirmed)
         if speed is not None:
             from autotune.summary import ratio_text, timed_caveat
 
@@ -504,7 +506,7 @@ class ConsoleUI:
         for maybe_line in (  # str | None (the loop above binds line: str)
             flops_line(recommended),
             quality_line(recommended, baseline),
-            *confirmation_lines(confirmed := confirmation(study, settings, every), settings.objective),
+            *confirmation_lines(confirmed, settings.objective),
             longer_line(confirmed.chosen, samples_ratio(confirmed, every)) if confirmed is not None else None,
         ):
             if maybe_line:

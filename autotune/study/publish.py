@@ -16,7 +16,7 @@ from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import mask_url, storage_file
 from autotune.study.options import check_out_path, file_stem
-from autotune.study.records import _budget, confirmation, confirmed_speed
+from autotune.study.records import _budget, confirmation, speed_of
 from autotune.study.settings import StudySettings
 from autotune.summary import (
     LONGER_FROM,
@@ -125,7 +125,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     judged, b_judged = _whole_runs(trial, baseline, every)
     loss, b_loss = judged.user_attrs["loss"], b_judged.user_attrs["loss"]
     source = trial.user_attrs.get("loss_source", settings.monitor)
-    measured = speedup_line(confirmed_speed(study, settings, every), trial, baseline, settings.objective)
+    measured = speedup_line(speed_of(confirmed), trial, baseline, settings.objective)
     header = [
         "autotune recommendation (LightningCLI config)",
         f"study: {settings.study_name} ({mask_url(storage_url)}), trial {trial.number} of {len(every)}",

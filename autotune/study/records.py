@@ -422,8 +422,12 @@ def confirmed_speed(study, settings: StudySettings, trials: list | None = None) 
         the baseline is recommended at 1.00x), and whether a won race was judged on the seconds to the
         baseline's loss (a config of other math: ``Verdict.timed``), and the won races behind the ratio.
     """
+    return speed_of(confirmation(study, settings, trials))
 
-    confirmed = confirmation(study, settings, trials)
+
+def speed_of(confirmed: Any) -> dict[str, Any] | None:
+    """:func:`confirmed_speed` of a :class:`autotune.study.races.Confirmation` already computed
+    (:func:`confirmation`; ``None`` gives ``None``): the export reads it once for its lines and its ratio."""
     if confirmed is None:
         return None
     return {

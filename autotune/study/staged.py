@@ -499,7 +499,10 @@ def _stages(study, settings: StudySettings, ui: UI, drain: Callable[..., int], a
         )
         if not batch:
             batch = unscreened_round(trials, _screen(study, settings) or [], fixed, context)[:left]
-            kind = "configs stage 1 did not screen, at full budget, up the batch ladder from the fastest trial's other knobs"
+            kind = (
+                "configs stage 1 did not screen, at full budget: each effective batch size from the smallest, "
+                "at the fewest knobs changed from the fastest trial's"
+            )
         if not batch:
             ui.info(
                 "staged search: no system config left that could beat the best feasible trial (every one was screened, "
