@@ -318,6 +318,10 @@ def test_the_lr_of_a_math_changing_config_follows_its_effective_batch_by_the_opt
     assert point["lr_multiplier"] == 1.0 and scaled.config_of(point).lr == pytest.approx(0.02)
 
 
+#: A training-loss curve on a plateau (a failure with no curve reads as under-trained: math_class.curve_tells).
+PLATEAU = [[x, 1.0] for x in range(0, 1024, 64)]
+
+
 def _full(params, sps, number, feasible, context, **attrs):
     t = _trial(params, sps, feasible=feasible, config=context.config_of(params).to_dict(), **attrs)
     t.number = number
@@ -374,7 +378,7 @@ def test_a_class_that_failed_the_loss_at_full_budget_is_not_rerun_with_fewer_opt
         _full({"batch_size": 32, "num_workers": 0, **fixed}, 100.0, 0, True, context),  # the baseline
         _full({"batch_size": 256, "num_workers": 0, **fixed}, 900.0, 1, None, context, **short),
         _full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, None, context, **short),
-        _full({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.02}, 800.0, 3, False, context),
+        _full({"batch_size": 128, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.02}, 800.0, 3, False, context, loss_curve=PLATEAU),
     ]
     # 256 trains fewer steps than the failed 128 of its class at any lr: not proposed; 128 again with the sampler
     # choosing the lr at the baseline's accumulation (a larger one would be fewer steps)
@@ -396,7 +400,7 @@ def test_without_lr_in_the_space_a_config_that_failed_at_full_budget_is_not_prop
         _full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 1, None, context, trial_samples=512),
     ]
     assert stage2_round(trials, fixed, context=context) == [({"batch_size": 128, "num_workers": 0, **fixed}, {"stage": "full"})]
-    trials.append(_full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, False, context))  # failed the loss
+    trials.append(_full({"batch_size": 128, "num_workers": 0, **fixed}, 800.0, 2, False, context, loss_curve=PLATEAU))  # failed the loss
     assert stage2_round(trials, fixed, context=context) == []  # nothing left to vary: not the same config again
 
 
@@ -434,7 +438,7 @@ def test_when_no_screened_config_can_win_stage_2_runs_unscreened_ones_up_the_lad
     # (0 workers measured slower than 1 at batch 32: the preserving split of batch 16 at 0 workers is left out)
     assert [(p["batch_size"], p["num_workers"]) for p, _ in unscreened_round(quick, unscreened, fixed, context)] == [(64, 1), (128, 1)]
     # a batch-64 run that failed the loss (on a plateau) rules out batch 128 of its class at any lr, and batch 64 at its lr
-    failed = [*trials[:3], _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": lr64}, 500.0, 3, False, context)]
+    failed = [*trials[:3], _full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": lr64}, 500.0, 3, False, context, loss_curve=PLATEAU)]
     assert [(p["batch_size"], p["num_workers"]) for p, _ in unscreened_round(failed, unscreened, fixed, context)] == [(16, 0)]
     assert unscreened_round(trials, [], fixed, context) == []
 
@@ -449,6 +453,28 @@ def test_a_failed_run_whose_loss_was_still_falling_is_told_from_a_plateau_or_a_d
     assert not still_improving([(x, 1.0 + x / 1000) for x in range(100, 1100, 100)])  # rising: diverging
     assert not still_improving([*falling[:-1], (1000, float("nan"))])  # a non-finite loss anywhere
     assert not still_improving([(1000, 1.0)]) and not still_improving([])  # no quarter before the last to compare
+
+
+def test_a_failure_with_no_loss_curve_is_read_as_under_trained_not_as_a_plateau():
+    """A new user's manual optimization logged no training loss: batch 64 failed at the rule's lr, and the
+    same batch at a larger lr was skipped as if on a plateau; run with --enqueue it passed, far below the baseline."""
+    from autotune.study.math_class import Failure, curve_tells, failed_class, failures_of, ruled_out_at_any_lr
+
+    assert not curve_tells([]) and not curve_tells([(1000, 1.0)])  # nothing, or no quarter before the last
+    assert curve_tells([(x, 1.0) for x in range(100, 1100, 100)]) and curve_tells([(500, 1.0), (1000, float("nan"))])
+    context, _ = _context("sqrt", lr={"choices": [0.01, 0.03, 0.1]})
+    base = context.baseline  # batch 32, lr 0.01
+    trials = [_full({"batch_size": 64, "num_workers": 0, "accumulate_grad_batches": 1, "lr": 0.01}, 900.0, 3, False, context)]
+    trials[0].user_attrs.pop("loss_curve", None)
+    (blind,) = failures_of(trials)
+    assert blind.blind and not blind.improving and blind.lr_bound
+    reason = failed_class(base.replace(batch_size=64, lr=0.01, num_workers=1), [blind], base, "sqrt")  # the same steps and lr
+    assert reason is not None and "no training-loss curve" in reason
+    assert failed_class(base.replace(batch_size=64, lr=0.03), [blind], base, "sqrt") is None  # a larger lr may converge
+    assert not ruled_out_at_any_lr(base.replace(batch_size=128), [blind])
+    # the same failure with a flat curve is a plateau: the larger lr at that batch is ruled out, as before
+    plateau = Failure(3, blind.config)
+    assert failed_class(base.replace(batch_size=64, lr=0.03), [plateau], base, "sqrt") is not None
 
 
 def test_an_under_trained_failure_rules_out_fewer_steps_at_a_smaller_lr_only_and_stage_2_raises_the_lr():

@@ -31,6 +31,7 @@ __all__ = [
     "SANITY_FLOOR",
     "SANITY_WINDOW",
     "Failure",
+    "curve_tells",
     "failed_class",
     "failures_of",
     "is_preserving",
@@ -194,18 +195,24 @@ class Failure(NamedTuple):
         refuted_by: A full-budget trial of its class that passed the loss with a larger effective
             batch, or the same one at a larger lr (:func:`failures_of`), or ``None``. A plateau it
             refutes rules out no more than a still-falling failure does (:func:`failed_class`).
+        blind: It stored no training-loss curve that tells a plateau from under-training
+            (:func:`curve_tells`: manual optimization returning no loss, or too short a curve), so it is
+            read as a still-falling one: ruling out a larger lr that would have converged loses a win,
+            running one that does not costs one trial.
     """
 
     number: int
     config: TrialConfig
     improving: bool = False
     refuted_by: int | None = None
+    blind: bool = False
 
     @property
     def lr_bound(self) -> bool:
         """Whether this failure rules out only the same or fewer steps at the same or a smaller lr
-        multiplier (:attr:`improving`, or a plateau :attr:`refuted_by` a pass), not a larger batch at any lr."""
-        return self.improving or self.refuted_by is not None
+        multiplier (:attr:`improving`, :attr:`blind`, or a plateau :attr:`refuted_by` a pass), not a
+        larger batch at any lr."""
+        return self.improving or self.blind or self.refuted_by is not None
 
 
 def still_improving(curve: Sequence[Sequence[float]]) -> bool:
@@ -230,6 +237,19 @@ def still_improving(curve: Sequence[Sequence[float]]) -> bool:
     return statistics.fmean(last) <= (1 - IMPROVING_DROP) * statistics.fmean(before)
 
 
+def curve_tells(curve: Sequence[Sequence[float]]) -> bool:
+    """Whether :func:`still_improving` can read ``curve`` (same shape): it holds a non-finite loss (a
+    divergence), or finite points in both its last quarter and the quarter before. An empty curve (no
+    training loss logged: manual optimization whose ``training_step`` returns nothing) tells nothing."""
+    points = [(float(x), float(y)) for x, y in curve]
+    if not points:
+        return False
+    if not all(math.isfinite(y) for _, y in points):
+        return True
+    end = points[-1][0]
+    return any(0.75 * end < x <= end for x, _ in points) and any(0.5 * end < x <= 0.75 * end for x, _ in points)
+
+
 def failures_of(full: Sequence[Any]) -> list[Failure]:
     """The trials of ``full`` (frozen full-budget trials) that failed the loss tolerance, duplicates left
     out, each with whether its training loss (user attribute ``loss_curve``) was still falling at its end
@@ -247,7 +267,7 @@ def failures_of(full: Sequence[Any]) -> list[Failure]:
     ]
     out = []
     for f in failures:
-        if not f.improving:
+        if not f.improving and not f.blind:
             by = next((number for number, ok in passed if _refutes(ok, f.config)), None)
             f = f._replace(refuted_by=by)
         out.append(f)
@@ -269,7 +289,8 @@ def _failure_of(trial: Any) -> Failure | None:
     attrs = trial.user_attrs
     if attrs.get("feasible") is not False or "config" not in attrs or "duplicate_of" in attrs:
         return None
-    return Failure(trial.number, TrialConfig.from_dict(attrs["config"]), still_improving(attrs.get("loss_curve") or []))
+    curve = attrs.get("loss_curve") or []
+    return Failure(trial.number, TrialConfig.from_dict(attrs["config"]), still_improving(curve), blind=not curve_tells(curve))
 
 
 def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: TrialConfig, rule: str) -> str | None:
@@ -279,7 +300,8 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
     depends on how it failed, since a config that trains the same samples in fewer optimizer steps
     (a larger effective batch) needs a larger lr to get as far:
 
-    - **Still improving** (:attr:`Failure.improving`: it under-trained): every config with the same
+    - **Still improving** (:attr:`Failure.improving`: it under-trained; or :attr:`Failure.blind`, no
+      curve to tell): every config with the same
       or a larger effective batch (the same or fewer optimizer steps) at the same or a smaller lr
       multiplier (:func:`lr_multiplier`); a larger lr may still converge.
     - **Otherwise** (a plateau or a divergence: its lr was already too large for its steps, unless a
@@ -298,7 +320,7 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
         The one-line reason stored on the skipped trial, or ``None`` (run it).
     """
     mine = lr_multiplier(config, baseline, rule)
-    for number, failed, improving, refuted_by in failures:
+    for number, failed, improving, refuted_by, blind in failures:
         if not _same_class(failed, config):
             continue
         theirs = lr_multiplier(failed, baseline, rule)
@@ -306,12 +328,13 @@ def failed_class(config: TrialConfig, failures: Iterable[Failure], baseline: Tri
             f"not run: trial {number} ({failed.precision}, effective batch {failed.effective_batch_size}, "
             f"lr x{theirs:.3g} of the {rule} rule) failed the loss at full budget"
         )
-        if improving or refuted_by is not None:
-            how = (
-                "with its loss still falling"
-                if improving
-                else f"(on a plateau, which trial {refuted_by}'s pass showed was not its lr's limit)"
-            )
+        if improving or blind or refuted_by is not None:
+            if improving:
+                how = "with its loss still falling"
+            elif blind:
+                how = "(no training-loss curve told a plateau from under-training, so a larger lr may still converge)"
+            else:
+                how = f"(on a plateau, which trial {refuted_by}'s pass showed was not its lr's limit)"
             if config.effective_batch_size >= failed.effective_batch_size and mine <= theirs * (1 + 1e-9):
                 return (
                     f"{what} {how}, and this config trains the same samples in as many or fewer "
