@@ -27,6 +27,7 @@ __all__ = [
     "config_from_lightning_cli",
     "lightning_cli_config",
     "render_yaml",
+    "scale_schedules",
     "scale_training_length",
     "training_length_line",
 ]
@@ -206,6 +207,89 @@ def scale_training_length(
             if new != old:
                 trainer[key], changed[key] = new, (old, new)
     return changed
+
+
+#: Constructor arguments of learning-rate schedulers that count optimizer steps or epochs of the whole
+#: run (``torch.optim.lr_scheduler``, Hugging Face's ``get_*_schedule_with_warmup``, Lightning Bolts'
+#: ``LinearWarmupCosineAnnealingLR``): sized for the user's training length, they must follow it.
+SCHEDULE_LENGTHS = (
+    "T_max",
+    "T_0",
+    "total_steps",
+    "step_size",
+    "total_iters",
+    "milestones",
+    "num_training_steps",
+    "num_warmup_steps",
+    "warmup_steps",
+    "warmup_epochs",
+    "max_epochs",
+)
+
+
+def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, int]]) -> list[str]:
+    """Follow a rescaled training length (:func:`scale_training_length`'s ``changes``) in the export's
+    learning-rate schedulers, in place, and say what was done.
+
+    A scheduler is the top-level ``lr_scheduler:`` of a LightningCLI config, or any ``class_path`` mapping
+    (under ``model:`` too) from a ``lr_scheduler`` module or whose class name ends with ``LR`` or holds ``Schedul``. An argument of
+    :data:`SCHEDULE_LENGTHS` whose value equals the old ``max_steps`` (or ``max_epochs``) was sized to it and
+    takes the new value (a cosine's ``T_max: 300`` with ``max_steps: 300`` becomes 150 with ``max_steps:
+    150``: left at 300, the lr would stop halfway down). Any other such argument is left as is (it may count
+    steps or epochs: Lightning steps a LightningCLI ``lr_scheduler`` once an epoch, a manually optimized
+    module wherever it calls ``step()``) and named in a line that says by how much to scale it.
+
+    Args:
+        document: The export (its ``trainer:`` already rescaled); changed in place.
+        changes: ``{"max_steps" | "max_epochs": (old, new)}``; empty: nothing is done.
+
+    Returns:
+        Header lines, at most one per scheduler (``"lr schedule: lr_scheduler (CosineAnnealingLR): the export
+        changes T_max from 300 to 150 with max_steps"``); empty when there is nothing to say.
+    """
+    if not changes:
+        return []
+    lines = []
+    for where, scheduler in _schedulers(document):
+        args = scheduler.get("init_args") if isinstance(scheduler.get("init_args"), dict) else scheduler
+        done, left = [], []
+        for name in SCHEDULE_LENGTHS:
+            value = args.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, list)) or (isinstance(value, list) and not value):
+                continue
+            matched = next((key for key, (old, _) in changes.items() if value == old), None)
+            if matched is not None:
+                args[name] = changes[matched][1]
+                done.append(f"{name} from {value:,} to {args[name]:,}, as {matched} (it was sized to it)")
+            else:
+                left.append(f"{name} {value}")
+        if not done and not left:
+            continue
+        said = [f"the export changes {d}" for d in done]
+        if left:
+            units = {"max_steps": "optimizer steps", "max_epochs": "epochs"}
+            how = " or ".join(
+                f"by {new / old:.3g} if it counts {units[key]} ({key} {old:,} -> {new:,})" for key, (old, new) in changes.items()
+            )
+            said.append(f"it keeps {', '.join(left)}: scale {'it' if len(left) == 1 else 'them'} {how}")
+        lines.append(f"lr schedule: {where}: " + "; ".join(said))
+    return lines
+
+
+def _schedulers(node: Any, where: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """The schedulers of :func:`scale_schedules`, each with where it is (``"lr_scheduler (CosineAnnealingLR)"``)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if not isinstance(node, dict):
+        return found
+    path = str(node.get("class_path", ""))
+    name = path.rsplit(".", 1)[-1]
+    if where == "lr_scheduler" or (path and ("lr_scheduler" in path or name.endswith("LR") or "Schedul" in name)):
+        found.append((where + (f" ({name})" if name else ""), node))
+        return found
+    for key, value in node.items():
+        if key != "trainer":
+            found += _schedulers(value, f"{where}.{key}" if where else str(key))
+    return found
 
 
 def training_length_line(training_length: Mapping[str, Any] | None, user_trainer: Mapping[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata as md
 import os
 import time
@@ -11,7 +12,15 @@ from typing import Any
 
 from autotune.config import TrialConfig
 from autotune.contention import busy_run_line
-from autotune.export import lightning_cli_config, one_line, render_yaml, scale_training_length, training_length_line, write_private
+from autotune.export import (
+    lightning_cli_config,
+    one_line,
+    render_yaml,
+    scale_schedules,
+    scale_training_length,
+    training_length_line,
+    write_private,
+)
 from autotune.hardware import Hardware
 from autotune.loader import read_user_config
 from autotune.storage import mask_url, storage_file
@@ -107,13 +116,14 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         baseline=TrialConfig.from_dict(settings.baseline_config),
         training_length=(settings.model_info or {}).get("training_length"),
     )
-    doc = {**user_config.get("extra", {}), **doc}
+    doc = {**copy.deepcopy(user_config.get("extra", {})), **doc}  # (scale_schedules changes it in place)
     confirmed = confirmation(study, settings, every)
     ratio = samples_ratio(confirmed, every)
     base_batch = TrialConfig.from_dict(settings.baseline_config).effective_batch_size
     changes = scale_training_length(
         doc["trainer"], base_batch, config.effective_batch_size, ratio if ratio is not None and ratio >= LONGER_FROM else None
     )  # it needs more samples for the same loss, or another effective batch takes them in other steps
+    schedule_lines = scale_schedules(doc, changes)
     longer = longer_line(confirmed.chosen, ratio, changes) if confirmed is not None else None
     if longer and changes:
         length_lines = [longer]
@@ -147,6 +157,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         + _cores_note(trial, settings),
         f"versions: {_versions()}",
         *length_lines,
+        *schedule_lines,
         f"run: {run_hint(settings.cli, out, settings.model_class)}",
         "",
     ]
