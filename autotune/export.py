@@ -251,7 +251,7 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
         return []
     lines = []
     for where, scheduler in _schedulers(document):
-        args = scheduler.get("init_args") if isinstance(scheduler.get("init_args"), dict) else scheduler
+        args: dict[str, Any] = scheduler["init_args"] if isinstance(scheduler.get("init_args"), dict) else scheduler
         done, left = [], []
         for name in SCHEDULE_LENGTHS:
             value = args.get(name)

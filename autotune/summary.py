@@ -258,7 +258,9 @@ def samples_ratio(confirmed: Any, trials: Sequence[Any]) -> float | None:
 LONGER_FROM = 1.05
 
 
-def longer_line(trial: int, ratio: float | None, changes: Mapping[str, tuple[int, int]] | None = None) -> str | None:
+def longer_line(
+    trial: int, ratio: float | None, changes: Mapping[str, tuple[int, int]] | None = None, batches: tuple[int, int] | None = None
+) -> str | None:
     """The line that says to train the recommended config (search trial ``trial``) longer, or ``None``
     when its samples to the baseline's loss are less than :data:`LONGER_FROM` times the baseline's.
 
@@ -266,6 +268,8 @@ def longer_line(trial: int, ratio: float | None, changes: Mapping[str, tuple[int
         ratio: :func:`samples_ratio`.
         changes: What the export changed (:func:`autotune.export.scale_training_length`); ``None`` or
             empty: the line says how to scale the user's own length by hand.
+        batches: The baseline's and this config's effective batch sizes: a changed ``max_steps`` then
+            gives its arithmetic (a new user read "1.15x as long" beside "lowers max_steps from 300 to 87").
     """
     if ratio is None or ratio < LONGER_FROM:
         return None
@@ -275,7 +279,14 @@ def longer_line(trial: int, ratio: float | None, changes: Mapping[str, tuple[int
         f"{ratio:.2f}x as long for the baseline's loss"
     )
     if changes:
-        return line + ": the export " + " and ".join(_length_change(key, old, new) for key, (old, new) in changes.items())
+        said = line + ": the export " + " and ".join(_length_change(key, old, new) for key, (old, new) in changes.items())
+        if "max_steps" in changes and batches is not None and batches[0] != batches[1]:
+            old = changes["max_steps"][0]
+            said += (
+                f" ({old:,} x {ratio:.2f} x {batches[0]} / {batches[1]}, rounded up: {ratio:.2f}x the samples in steps of "
+                f"effective batch {batches[1]}, not {batches[0]})"
+            )
+        return said
     return line + " (scale your max_epochs by it, and max_steps by it times the baseline's effective batch size over this config's)"
 
 

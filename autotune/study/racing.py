@@ -317,9 +317,12 @@ def race_candidates(
         )
         return 0
     against = "the baseline" if incumbent.number == base.number else f"trial {incumbent.number}'s config (it won its race(s) in this study)"
+    others = sorted({race_length(settings, samples, c, incumbent) for c in candidates} - {samples}) if not given else []
+    lengths = " or ".join(f"{n:,}" for n in others)  # a new user read 512 here, and a race of other math ran 4,096-sample runs
+    other_math = f"; a config of other math on runs of {lengths}, its loss being judged at --samples or later" if others else ""
     ui.stage(
         f"confirming: racing {len(candidates)} config(s), best first, against {against} in pairs of back-to-back runs "
-        f"(up to {cap} pairs each; a clear win is decided at 1 or {MIN_PAIRS}, anything else at {MIN_PAIRS} or more) of {samples} training samples ({source}); budget {allowed:.0f} s "
+        f"(up to {cap} pairs each; a clear win is decided at 1 or {MIN_PAIRS}, anything else at {MIN_PAIRS} or more) of {samples:,} training samples ({source}{other_math}); budget {allowed:.0f} s "
         f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import optuna
+import pytest
 import yaml
 
 from autotune.study.races import races_of
@@ -113,17 +114,21 @@ def test_a_longer_candidate_that_wins_is_recommended_with_more_epochs(monkeypatc
             ran += 1
         return ran
 
+    stages = []
+
     class Quiet:
         def info(self, message):
             pass
 
         def stage(self, message, trials):
-            pass
+            stages.append(message)
 
     monkeypatch.setattr(racing, "drain_queue", drain)
     pools = type("Pools", (), {"cold": True})()
     racing.race_candidates(study, settings, Quiet(), 3, 6, None, 0.2, cold=True, storage_url="", pools=pools)
     assert queued and {q["confirm_samples"] for q in queued} == {2 * settings.samples} and all(q["stop_at_target"] == 0.9 for q in queued)
+    assert "pairs of back-to-back runs (up to 6 pairs each; a clear win is decided at 1 or 2, anything else at 2 or more) of 2,048 training samples (what fits" in stages[0]
+    assert "other math" not in stages[0]  # every race at the confirmation's own length
     confirmed = confirmation(study, settings)
     assert [r.candidate for r in confirmed.won] == [longer.number] and confirmed.won[0].verdict.timed
     assert 1.75 < confirmed.ratio < 1.85  # 9 s over 5 s
@@ -135,7 +140,8 @@ def test_a_longer_candidate_that_wins_is_recommended_with_more_epochs(monkeypatc
     assert (
         f"# training length: the config of trial {longer.number} reached the baseline's training loss after 1.67x the baseline's "
         "training samples (median of its paired runs), and sooner: it changes the training math, so train it 1.67x as long for the "
-        "baseline's loss: the export raises max_epochs from 10 to 17 and lowers max_steps from 1,000 to 209"
+        "baseline's loss: the export raises max_epochs from 10 to 17 and lowers max_steps from 1,000 to 209 (1,000 x 1.67 x 16 / 128, "
+        "rounded up: 1.67x the samples in steps of effective batch 128, not 16)"
     ) in text
     assert "max_epochs=10, as in your own runs" not in text
     # the loss line compares the paired runs at the baseline's training loss, not the search trial's 1.4 at --samples
@@ -161,3 +167,30 @@ def test_a_longer_candidate_s_pair_is_predicted_to_its_extrapolated_samples_to_t
     assert abs(pair_seconds(settings, length, (base, longer), True) - (1.0 + 9.0 + 1.0 + 4.0)) < 1e-9
     # not stopping at the target (a DDP race): both train the whole 2,048 samples
     assert abs(pair_seconds(settings, length, (base, longer), False) - (1.0 + 20.48 + 1.0 + 5.12)) < 1e-9
+
+
+def test_the_confirming_line_gives_the_run_length_of_a_race_of_other_math(monkeypatch):
+    """A new user read 'of 512 training samples (the study's stored races)' and then a race of other math ran
+    4,096-sample runs (its loss is judged at --samples): the line gives both lengths."""
+    from autotune.study import racing
+    from autotune.study.settings import settings_of
+
+    study = make_study(hardware=CPU)
+    settings = settings_of(study)
+    study.set_user_attr("runs", [{"stage": "search", "wall_seconds": 10000.0}])
+    add(study, 100.0, 1.0, baseline=True, attrs=_reach(9.0, 900.0, True))
+    add(study, 300.0, 1.4, batch_size=128, lr=0.01, attrs=_reach(5.0, 1500.0))  # a longer-training candidate
+    stages = []
+    ui = type("UI", (), {"info": lambda self, m: None, "stage": lambda self, m, n: stages.append(m)})()
+    monkeypatch.setattr(racing, "confirm_samples", lambda *a, **k: (512, "the study's stored races"))
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(racing, "_run_race", lambda *a, **k: (_ for _ in ()).throw(Stop()))  # the line is all this test reads
+    pools = type("Pools", (), {"cold": True})()
+    with pytest.raises(Stop):
+        racing.race_candidates(study, settings, ui, 3, 6, None, 0.2, cold=True, storage_url="", pools=pools)
+    assert (
+        f"of 512 training samples (the study's stored races; a config of other math on runs of {2 * settings.samples:,}, its loss "
+        "being judged at --samples or later)"
+    ) in stages[0]
