@@ -109,7 +109,7 @@ def _resolve_knob(
     """
     entry: dict[str, Any] | None
     if name == "lr" and lr_scaling != "none":
-        entry = _scaled_lr_entry(spec, lr_scaling)
+        entry = _scaled_lr_entry(spec, lr_scaling, notes)
     elif user_arg(name) is not None:
         entry = _resolve_user_arg(name, spec, baseline, info, source)
     elif name == "accumulate_grad_batches" and info.get("automatic_optimization") is False:
@@ -157,20 +157,31 @@ class _Limits:
     train_samples: int | None
 
 
-def _scaled_lr_entry(spec: KnobSpec | None, lr_scaling: str) -> dict[str, Any]:
-    """The ``lr`` entry under ``lr_scaling``: multipliers of the scaled baseline lr, 1 included.
+def _scaled_lr_entry(spec: KnobSpec | None, lr_scaling: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """The ``lr`` entry under ``lr_scaling``: multipliers of the scaled baseline lr, 1 included (the
+    baseline's own point, which the staged search also tries first at each effective batch).
 
     Args:
         spec: The file's lr knob (relative), or ``None`` when the file names no lr.
         lr_scaling: ``"linear"`` or ``"sqrt"``.
+        notes: Where a note goes when 1 widens the file's multipliers (a new user's ``2.5..3.0`` was
+            searched as ``1..3`` without a word).
     """
+    widened = None
     if spec is None:
         entry: dict[str, Any] = {"choices": [1.0]}
     elif spec.choices is not None:
         entry = {"choices": sorted(set(map(float, spec.choices)) | {1.0})}
+        widened = f"choices {list(spec.choices)}" if 1.0 not in map(float, spec.choices) else None
     else:  # a range: parse_space checked both bounds are numbers
         low, high = cast(float, spec.low), cast(float, spec.high)
         entry = {"low": float(min(low, 1.0)), "high": float(max(high, 1.0)), "log": spec.log}
+        widened = f"range {low:g}..{high:g}" if not low <= 1.0 <= high else None
+    if widened and notes is not None:
+        notes.append(
+            f"lr: multipliers {widened} widened to hold 1, the lr_scaling rule's own lr (the baseline's at its effective batch; "
+            "the staged search tries it first at each effective batch)"
+        )
     return {**entry, "scaling": lr_scaling}
 
 

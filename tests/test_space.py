@@ -159,8 +159,15 @@ def test_lr_scaling_samples_a_multiplier_and_the_config_holds_the_final_lr():
                          "lr": {"low": 0.5, "high": 2.0, "log": True, "relative": True}, "lr_scaling": "linear"})
     assert space.lr_scaling == "linear"
     base = _baseline()
-    resolved, _ = resolve_space(space, baseline=base, hardware=CPU, applicable=ALL, explicit=True)
+    resolved, notes = resolve_space(space, baseline=base, hardware=CPU, applicable=ALL, explicit=True)
     assert resolved["lr"] == {"low": 0.5, "high": 2.0, "log": True, "scaling": "linear"}
+    assert not [n for n in notes if n.startswith("lr:")]
+    # a range or choices without 1 are widened to hold it, and the run says so (a new user's 2.5..3.0 ran at x1 without a word)
+    for lr, widened in (({"low": 2.5, "high": 3.0, "relative": True}, "range 2.5..3"), ({"low": 0.2, "high": 0.5, "relative": True}, "range 0.2..0.5")):
+        narrow = parse_space({"batch_size": {"choices": [32, 128]}, "lr": lr, "lr_scaling": "sqrt"})
+        got, notes = resolve_space(narrow, baseline=base, hardware=CPU, applicable=ALL, explicit=True)
+        assert 1.0 in (got["lr"]["low"], got["lr"]["high"])
+        assert f"lr: multipliers {widened} widened to hold 1, the lr_scaling rule's own lr" in " ".join(notes)
     assert baseline_params(resolved, base)["lr_multiplier"] == 1.0
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(6):
