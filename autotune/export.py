@@ -227,7 +227,7 @@ SCHEDULE_LENGTHS = (
 )
 
 
-def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, int]]) -> list[str]:
+def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, int]], manual: bool = False) -> list[str]:
     """Follow a rescaled training length (:func:`scale_training_length`'s ``changes``) in the export's
     learning-rate schedulers, in place, and say what was done.
 
@@ -238,10 +238,14 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
     150``: left at 300, the lr would stop halfway down). Any other such argument is left as is (it may count
     steps or epochs: Lightning steps a LightningCLI ``lr_scheduler`` once an epoch, a manually optimized
     module wherever it calls ``step()``) and named in a line that says by how much to scale it.
+    LightningCLI's ``lr_scheduler:`` under automatic optimization is stepped once an epoch, so only a
+    changed ``max_epochs`` moves it (a new user's cosine ``T_max: 400`` counted epochs and equalled
+    ``max_steps: 400`` by chance: the same samples in larger batches are the same epochs).
 
     Args:
         document: The export (its ``trainer:`` already rescaled); changed in place.
         changes: ``{"max_steps" | "max_epochs": (old, new)}``; empty: nothing is done.
+        manual: The module uses manual optimization (it steps even LightningCLI's ``lr_scheduler:`` itself).
 
     Returns:
         Header lines, at most one per scheduler (``"lr schedule: lr_scheduler (CosineAnnealingLR): the export
@@ -251,25 +255,30 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
         return []
     lines = []
     for where, scheduler in _schedulers(document):
+        units = {"max_steps": "optimizer steps", "max_epochs": "epochs"}
+        if where.startswith("lr_scheduler") and not manual:  # Lightning steps it once an epoch
+            units = {"max_epochs": "epochs"}
+        moved = {key: change for key, change in changes.items() if key in units}
+        if not moved:
+            continue
         args: dict[str, Any] = scheduler["init_args"] if isinstance(scheduler.get("init_args"), dict) else scheduler
         done, left = [], []
         for name in SCHEDULE_LENGTHS:
             value = args.get(name)
             if isinstance(value, bool) or not isinstance(value, (int, list)) or (isinstance(value, list) and not value):
                 continue
-            matched = next((key for key, (old, _) in changes.items() if value == old), None)
+            matched = next((key for key, (old, _) in moved.items() if value == old), None)
             if matched is not None:
-                args[name] = changes[matched][1]
-                done.append(f"{name} from {value:,} to {args[name]:,}, as {matched} (it was sized to it)")
+                args[name] = moved[matched][1]
+                done.append(f"{name} from {value:,} to {args[name]:,}, as {matched} (equal to it: taken as sized to it)")
             else:
                 left.append(f"{name} {value}")
         if not done and not left:
             continue
         said = [f"the export changes {d}" for d in done]
         if left:
-            units = {"max_steps": "optimizer steps", "max_epochs": "epochs"}
             how = " or ".join(
-                f"by {new / old:.3g} if it counts {units[key]} ({key} {old:,} -> {new:,})" for key, (old, new) in changes.items()
+                f"by {new / old:.3g} if it counts {units[key]} ({key} {old:,} -> {new:,})" for key, (old, new) in moved.items()
             )
             said.append(f"it keeps {', '.join(left)}: scale {'it' if len(left) == 1 else 'them'} {how}")
         lines.append(f"lr schedule: {where}: " + "; ".join(said))

@@ -182,30 +182,40 @@ def test_the_export_header_says_when_it_scales_the_user_s_max_steps(tmp_path):
 
 
 def test_a_scheduler_sized_to_the_training_length_follows_it_and_others_are_named():
-    """A new user's cosine with T_max 300 under max_steps 300: the export lowered max_steps to 150 and kept
-    T_max, so the lr stopped halfway down its cosine."""
+    """A new user's manually stepped cosine with T_max 300 under max_steps 300: the export lowered max_steps
+    to 150 and kept T_max, so the lr stopped halfway down its cosine. LightningCLI's own lr_scheduler under
+    automatic optimization steps once an epoch: a smaller max_steps at a larger batch is the same epochs."""
     from autotune.export import scale_schedules
 
-    doc = {
-        "trainer": {"max_steps": 150},
-        "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.CosineAnnealingLR", "init_args": {"T_max": 300, "eta_min": 0}},
-        "model": {"class_path": "m.Net", "init_args": {"hidden": 300, "sched": {"class_path": "torch.optim.lr_scheduler.StepLR",
-                                                                                "init_args": {"step_size": 100, "gamma": 0.5}}}},
-        "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.002}},
-    }
-    lines = scale_schedules(doc, {"max_steps": (300, 150)})
-    assert doc["lr_scheduler"]["init_args"] == {"T_max": 150, "eta_min": 0}
-    assert doc["model"]["init_args"]["sched"]["init_args"] == {"step_size": 100, "gamma": 0.5}  # not sized to max_steps: named
-    assert doc["model"]["init_args"]["hidden"] == 300  # not a scheduler's argument
+    def doc():
+        return {
+            "trainer": {"max_steps": 150},
+            "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.CosineAnnealingLR", "init_args": {"T_max": 300, "eta_min": 0}},
+            "model": {"class_path": "m.Net", "init_args": {"hidden": 300, "sched": {"class_path": "torch.optim.lr_scheduler.StepLR",
+                                                                                    "init_args": {"step_size": 100, "gamma": 0.5}}}},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.002}},
+        }
+
+    manual = doc()
+    lines = scale_schedules(manual, {"max_steps": (300, 150)}, manual=True)
+    assert manual["lr_scheduler"]["init_args"] == {"T_max": 150, "eta_min": 0}
+    assert manual["model"]["init_args"]["sched"]["init_args"] == {"step_size": 100, "gamma": 0.5}  # not sized to max_steps: named
+    assert manual["model"]["init_args"]["hidden"] == 300  # not a scheduler's argument
     assert lines == [
-        "lr schedule: lr_scheduler (CosineAnnealingLR): the export changes T_max from 300 to 150, as max_steps (it was sized to it)",
+        "lr schedule: lr_scheduler (CosineAnnealingLR): the export changes T_max from 300 to 150, as max_steps (equal to it: taken as "
+        "sized to it)",
         "lr schedule: model.init_args.sched (StepLR): it keeps step_size 100: scale it by 0.5 if it counts optimizer steps "
         "(max_steps 300 -> 150)",
     ]
+    automatic = doc()
+    lines = scale_schedules(automatic, {"max_steps": (300, 150)})
+    assert automatic["lr_scheduler"]["init_args"]["T_max"] == 300 and len(lines) == 1 and "(StepLR)" in lines[0]
     milestones = {"lr_scheduler": {"class_path": "torch.optim.lr_scheduler.MultiStepLR", "init_args": {"milestones": [5, 8]}}}
     (line,) = scale_schedules(milestones, {"max_steps": (300, 87), "max_epochs": (10, 12)})
-    assert "keeps milestones [5, 8]: scale it by 0.29 if it counts optimizer steps (max_steps 300 -> 87) or by 1.2 if it counts epochs" in line
-    assert scale_schedules(doc, {}) == [] and scale_schedules({"lr_scheduler": {"class_path": "x.ReduceLROnPlateau"}}, {"max_steps": (3, 1)}) == []
+    assert line == "lr schedule: lr_scheduler (MultiStepLR): it keeps milestones [5, 8]: scale it by 1.2 if it counts epochs (max_epochs 10 -> 12)"
+    epochs = {"lr_scheduler": {"class_path": "torch.optim.lr_scheduler.CosineAnnealingLR", "init_args": {"T_max": 10}}}
+    assert scale_schedules(epochs, {"max_epochs": (10, 17)}) and epochs["lr_scheduler"]["init_args"]["T_max"] == 17
+    assert scale_schedules(doc(), {}) == [] and scale_schedules({"lr_scheduler": {"class_path": "x.ReduceLROnPlateau"}}, {"max_steps": (3, 1)}) == []
 
 
 def test_the_export_scales_the_user_s_scheduler_with_max_steps_and_leaves_the_study_s_config_alone(tmp_path):
@@ -216,15 +226,18 @@ def test_the_export_scales_the_user_s_scheduler_with_max_steps_and_leaves_the_st
     cosine = {"class_path": "torch.optim.lr_scheduler.CosineAnnealingLR", "init_args": {"T_max": 1000}}
     user = {"trainer": {"max_steps": 1000}, "model": {}, "data": {}, "extra": {"lr_scheduler": cosine}, "document": {}}
     cpu = {"accelerator": "cpu", "device_count": 1, "device_name": "cpu", "cpu_count": 2, "bf16_supported": False, "device_memory_gib": 8.0}
-    study = make_study(model_info={"training_length": {"max_steps": 1000}}, user_config=user, hardware=cpu)
-    baseline = add(study, 100.0, baseline=True)  # batch 16
-    larger = add(study, 150.0, batch_size=64)
-    settings = settings_of(study)
-    text = export_study(study, settings, larger, baseline, tmp_path / "a.yaml", "sqlite:///x.db").read_text()
-    exported = yaml.safe_load(text)
-    assert exported["trainer"]["max_steps"] == 250 and exported["lr_scheduler"]["init_args"]["T_max"] == 250
-    assert "# lr schedule: lr_scheduler (CosineAnnealingLR): the export changes T_max from 1,000 to 250, as max_steps" in text
-    assert settings.user_config["extra"]["lr_scheduler"]["init_args"]["T_max"] == 1000  # a second export scales it again
+    for manual in (True, False):
+        info = {"training_length": {"max_steps": 1000}, "automatic_optimization": not manual}
+        study = make_study(model_info=info, user_config=user, hardware=cpu)
+        baseline = add(study, 100.0, baseline=True)  # batch 16
+        larger = add(study, 150.0, batch_size=64)
+        settings = settings_of(study)
+        text = export_study(study, settings, larger, baseline, tmp_path / "a.yaml", "sqlite:///x.db").read_text()
+        exported = yaml.safe_load(text)
+        assert exported["trainer"]["max_steps"] == 250
+        assert exported["lr_scheduler"]["init_args"]["T_max"] == (250 if manual else 1000)  # once an epoch: the same epochs
+        assert ("# lr schedule: lr_scheduler (CosineAnnealingLR): the export changes T_max from 1,000 to 250, as max_steps" in text) is manual
+        assert settings.user_config["extra"]["lr_scheduler"]["init_args"]["T_max"] == 1000  # a second export scales it again
 
 
 def test_the_export_header_gives_the_loss_limit_the_recommended_config_was_held_to(tmp_path):
