@@ -212,7 +212,8 @@ def speedup_line(speed: Mapping[str, Any] | None, trial: Any, baseline: Any, obj
             + timed_caveat(speed)
         )
     if speed is not None:
-        return "measured: 1.00x: no candidate was shown at least 5% better than the baseline in paired runs (the baseline is recommended)"
+        # (no race may have run at all: the budget; a new user read this as races that were lost)
+        return "measured: 1.00x: the baseline is recommended, no candidate having won a paired race against it (the confirmation lines say why)"
     return f"measured: {unpaired_text(trial, baseline)}"
 
 

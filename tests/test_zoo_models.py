@@ -87,7 +87,7 @@ def test_the_tuner_s_speedup_comes_from_the_header_s_measured_line_else_from_the
     assert zoo.tuner_speedup(header, []) == (1.85, "export header")
     paired = "# measured: the config of trial 7 is 1.62x faster [1.41x, 1.86x] over 4 pair(s) of runs vs the baseline"
     assert zoo.tuner_speedup(paired, []) == (1.62, "export header")
-    assert zoo.tuner_speedup("# measured: 1.00x: no candidate was shown at least 5% better", []) == (1.0, "export header")
+    assert zoo.tuner_speedup("# measured: 1.00x: the baseline is recommended, no candidate having won", []) == (1.0, "export header")
     rows = [{"number": 0, "samples_per_sec": 100.0, "note": "baseline", "user_attrs": {"baseline": True}},
             {"number": 3, "samples_per_sec": 250.0, "note": "recommended", "user_attrs": {"baseline": False}}]
     assert zoo.tuner_speedup("# study: d, trial 3 of 4", rows) == (2.5, "show: recommended over baseline trial")
