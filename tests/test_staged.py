@@ -73,6 +73,7 @@ def test_staged_search_screens_system_knobs_short_then_trains_the_fastest_at_ful
     r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 9, "--samples", 2048, "--space", space,
             "--storage", f"sqlite:///{db}", check_rc=0)
     assert "staged search: 5 system-knob screening run(s)" in r.stdout
+    assert "then the fastest system configs with the lr following the effective batch (" in r.stdout
     study, settings = load_study("tiny", f"sqlite:///{db}")
     trials = study.trials
     base = trials[0]
@@ -649,3 +650,15 @@ def test_a_one_trial_staged_run_says_it_adds_only_the_baseline_and_the_next_list
     assert "staged search: no run beyond the baseline's" in r.stdout and "0 system-knob" not in r.stdout
     r = cli(*args, check_rc=0)
     assert "staged search: 1 system-knob screening run(s)" in r.stdout and "0 full-budget" not in r.stdout
+
+
+def test_the_plan_line_of_a_space_without_lr_says_every_run_keeps_the_baseline_s_lr(tmp_path, cli):
+    """Two new users read 'with the lr following the effective batch' and saw batch 128 run at the baseline's lr:
+    their spaces searched no lr."""
+    space = tmp_path / "space.yaml"
+    space.write_text("batch_size: {choices: [16, 64]}\nprecision: ['32-true']\n")
+    r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 3, "--samples", 256, "--space", space,
+            "--storage", f"sqlite:///{tmp_path / 'n.db'}", check_rc=0)
+    assert "full-budget run(s): the fastest math-preserving config, then the fastest system configs at the baseline's lr (the space " \
+           "searches no lr: add lr as a relative: true range, or lr_scaling, for it to follow the effective batch)" in r.stdout, r.stdout
+    assert "following the effective batch (" not in r.stdout

@@ -456,7 +456,12 @@ def _staged_search(
         lead = "sampled by the sampler"
     # a part with no run is not listed (a 1-trial run adds only the baseline's)
     screens = f"{n_system} system-knob screening run(s) ({lead}; {system_budget(baseline, int(settings.samples))} samples at the baseline's batch)"
-    fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs with the lr following the effective batch ({context.rule}: {why})"
+    lr_part = (
+        f"with the lr following the effective batch ({context.rule}: {why})"
+        if "lr" in resolved  # else every run keeps the baseline's lr (two new users read a promise that it followed)
+        else "at the baseline's lr (the space searches no lr: add lr as a relative: true range, or lr_scaling, for it to follow the effective batch)"
+    )
+    fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs {lr_part}"
     ui.info(
         "staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's")
     )
