@@ -662,3 +662,9 @@ def test_the_plan_line_of_a_space_without_lr_says_every_run_keeps_the_baseline_s
     assert "full-budget run(s): the fastest math-preserving config, then the fastest system configs at the baseline's lr (the space " \
            "searches no lr: add lr as a relative: true range, or lr_scaling, for it to follow the effective batch)" in r.stdout, r.stdout
     assert "following the effective batch (" not in r.stdout
+    # a run of the baseline and an --enqueue config: the line names the enqueued run, not "no run beyond the baseline's"
+    seed = tmp_path / "seed.yaml"
+    seed.write_text("data:\n  batch_size: 64\n")
+    r = cli("search", MODELS / "tiny.py", "--search", "staged", "--trials", 2, "--samples", 256, "--space", space, "--enqueue", seed,
+            "--storage", f"sqlite:///{tmp_path / 'e.db'}", check_rc=0)
+    assert "staged search: 1 --enqueue config(s) at full budget\n" in r.stdout and "no run beyond" not in r.stdout, r.stdout

@@ -462,9 +462,9 @@ def _staged_search(
         else "at the baseline's lr (the space searches no lr: add lr as a relative: true range, or lr_scaling, for it to follow the effective batch)"
     )
     fulls = f"{n_full} full-budget run(s): the fastest math-preserving config, then the fastest system configs {lr_part}"
-    ui.info(
-        "staged search: " + (", then ".join(p for n, p in ((n_system, screens), (n_full, fulls)) if n) or "no run beyond the baseline's")
-    )
+    seeded = f"{len(seeds)} --enqueue config(s) at full budget"  # (a new user read "no run beyond the baseline's", then one ran)
+    parts = ", then ".join(p for n, p in ((len(seeds), seeded), (n_system, screens), (n_full, fulls)) if n)
+    ui.info("staged search: " + (parts or "no run beyond the baseline's"))
     add = (1 if baseline_needed else 0) + len(seeds) + n_system
     _hold(plan, list(seeds) + first, add, n_full)
     return _stages(study, settings, ui, drain, add, list(seeds) + first, n_full, plan)
