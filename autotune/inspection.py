@@ -80,6 +80,14 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
     # the model's configure_optimizers returns before training (with a stand-in Trainer where it reads one), else None
     named = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    if not named and not callables and not is_overridden("configure_optimizers", model):
+        # Lightning's fit refuses it: a new user's `autotune search train.py` without --config failed only at the baseline
+        raise UsageError(
+            f"{model_cls.__name__} defines no configure_optimizers() and no --config names an optimizer: give the LightningCLI "
+            "config that sets optimizer: (--config config.yaml), or define configure_optimizers() in the module"
+        )
     model_info["optimizer"] = named or _optimizer_class(model)
     model_info["training_length"] = training_length(built.trainer)
     return {

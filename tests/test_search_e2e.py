@@ -611,6 +611,8 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["search", MODELS / "tiny.py", "--space", "empty.yaml"], "empty.yaml: the space names no knob"),
         (["search", "required_arg.py"], "RequiresHidden needs argument(s) ['hidden'] (no default); give them in a --config YAML under model:"),
         (["search", "exits.py"], "called sys.exit(3) when imported"),
+        (["search", "no_optimizer.py"], "NoOptimizer defines no configure_optimizers() and no --config names an optimizer: give the "
+         "LightningCLI config that sets optimizer: (--config config.yaml)"),
         (["dashboard", "x.db", "--port", "70000"], "--port must be in 1..65535"),
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--jobs", 2], "--jobs 2 with --num-nodes 2: a multi-node trial takes whole nodes"),
         (["search", MODELS / "tiny.py", "--num-nodes", 2, "--node-rank", 1], "autotune search runs node rank 0 of a 2-node trial"),
@@ -647,6 +649,12 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
         "    def __init__(self, hidden, batch_size=8):\n        super().__init__()\n"
     )
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "no_optimizer.py").write_text(  # a new user's `autotune search train.py` without --config failed only at the baseline
+        "import torch\nimport lightning.pytorch as pl\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "class NoOptimizer(pl.LightningModule):\n    def __init__(self, lr: float = 0.1, batch_size: int = 8):\n"
+        "        super().__init__()\n        self.batch_size = batch_size\n        self.layer = torch.nn.Linear(2, 1)\n\n"
+        "    def train_dataloader(self):\n        return DataLoader(TensorDataset(torch.randn(64, 2)), batch_size=self.batch_size)\n"
+    )
     r = cli(*args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
