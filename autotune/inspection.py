@@ -80,9 +80,7 @@ def inspect_model(spec: Mapping[str, Any]) -> dict[str, Any]:
     # the optimizer's class (its family sets --search staged's lr rule): the config's, else the one
     # the model's configure_optimizers returns before training (with a stand-in Trainer where it reads one), else None
     named = optimizer.get("class_path") if isinstance(optimizer, Mapping) else None
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    if not named and not callables and not is_overridden("configure_optimizers", model):
+    if not named and not callables and not _defines_optimizers(model):
         # Lightning's fit refuses it: a new user's `autotune search train.py` without --config failed only at the baseline
         raise UsageError(
             f"{model_cls.__name__} defines no configure_optimizers() and no --config names an optimizer: give the LightningCLI "
@@ -143,6 +141,13 @@ class _StandInTrainer:
     accumulate_grad_batches = 1
     world_size = num_devices = num_nodes = 1
     global_rank = local_rank = current_epoch = global_step = 0
+
+
+def _defines_optimizers(model: Any) -> bool:
+    """Whether ``configure_optimizers`` is defined below Lightning's ``LightningModule`` (either flavour:
+    ``lightning.pytorch`` or ``pytorch_lightning``, whose ``is_overridden`` knows only its own)."""
+    owner = next((c for c in type(model).__mro__ if "configure_optimizers" in vars(c)), None)
+    return owner is not None and not (owner.__name__ == "LightningModule" and owner.__module__.endswith("core.module"))
 
 
 def _optimizer_class(model: Any) -> str | None:
