@@ -236,9 +236,8 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
     :data:`SCHEDULE_LENGTHS` whose value equals the old ``max_steps`` (or ``max_epochs``) was sized to it and
     takes the new value (a cosine's ``T_max: 300`` with ``max_steps: 300`` becomes 150 with ``max_steps:
     150``: left at 300, the lr would stop halfway down). Any other such argument is left as is (it may count
-    steps or epochs: Lightning steps a LightningCLI ``lr_scheduler`` once an epoch, a manually optimized
-    module wherever it calls ``step()``) and named in a line that says by how much to scale it.
-    LightningCLI's ``lr_scheduler:`` under automatic optimization is stepped once an epoch, so only a
+    steps or epochs: a manually optimized module steps wherever it calls ``step()``) and named in a line
+    that says by how much to scale it. LightningCLI's ``lr_scheduler:`` under automatic optimization is stepped once an epoch, so only a
     changed ``max_epochs`` moves it (a new user's cosine ``T_max: 400`` counted epochs and equalled
     ``max_steps: 400`` by chance: the same samples in larger batches are the same epochs).
 
@@ -249,7 +248,7 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
 
     Returns:
         Header lines, at most one per scheduler (``"lr schedule: lr_scheduler (CosineAnnealingLR): the export
-        changes T_max from 300 to 150 with max_steps"``); empty when there is nothing to say.
+        changes T_max from 300 to 150, as max_steps (...)"``); empty when there is nothing to say.
     """
     if not changes:
         return []

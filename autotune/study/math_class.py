@@ -227,13 +227,10 @@ def still_improving(curve: Sequence[Sequence[float]]) -> bool:
         either quarter has no finite point (a non-finite loss, or too short a curve).
     """
     points = [(float(x), float(y)) for x, y in curve]
-    if not points or not all(math.isfinite(y) for _, y in points):
+    quarters = _last_quarters(points) if all(math.isfinite(y) for _, y in points) else None
+    if quarters is None:
         return False
-    end = points[-1][0]
-    last = [y for x, y in points if 0.75 * end < x <= end]
-    before = [y for x, y in points if 0.5 * end < x <= 0.75 * end]
-    if not last or not before:
-        return False
+    last, before = quarters
     return statistics.fmean(last) <= (1 - IMPROVING_DROP) * statistics.fmean(before)
 
 
@@ -242,12 +239,18 @@ def curve_tells(curve: Sequence[Sequence[float]]) -> bool:
     divergence), or finite points in both its last quarter and the quarter before. An empty curve (no
     training loss logged: manual optimization whose ``training_step`` returns nothing) tells nothing."""
     points = [(float(x), float(y)) for x, y in curve]
+    return not all(math.isfinite(y) for _, y in points) or _last_quarters(points) is not None
+
+
+def _last_quarters(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]] | None:
+    """The losses of the last quarter of ``points``' samples and of the quarter before, or ``None`` when
+    either is empty (no curve, or too short a one)."""
     if not points:
-        return False
-    if not all(math.isfinite(y) for _, y in points):
-        return True
+        return None
     end = points[-1][0]
-    return any(0.75 * end < x <= end for x, _ in points) and any(0.5 * end < x <= 0.75 * end for x, _ in points)
+    last = [y for x, y in points if 0.75 * end < x <= end]
+    before = [y for x, y in points if 0.5 * end < x <= 0.75 * end]
+    return (last, before) if last and before else None
 
 
 def failures_of(full: Sequence[Any]) -> list[Failure]:
