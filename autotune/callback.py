@@ -307,6 +307,7 @@ class _MeasureHooks:
         self.batch_size = batch_size
         self.stop_at_loss = stop_at_loss
         self.stopped_at_target = False
+        self.stopped_early = False  # training ended before its planned batches, not at the loss target
         self.check_batch = check_batch
         self.num_workers = num_workers
         self.total_batches = total_batches
@@ -407,7 +408,8 @@ class _MeasureHooks:
         self.noise.before_optimizer_step(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if not self.timer.ended:  # stopped before the planned last batch
+        if not self.timer.ended:  # stopped before the planned last batch (not at the target: that ends the timer)
+            self.stopped_early = True
             self._sync()
             self.timer.end(time.perf_counter())
             self._stop_host(trainer)
@@ -445,6 +447,8 @@ class _MeasureHooks:
         report["lr_ran"] = record["lr_ran"]
         report["optimizer_ran"] = self.optimizer_ran
         report["stopped_at_target"] = self.stopped_at_target
+        report["stopped_early"] = self.stopped_early
+        report["planned_batches"] = self.total_batches
         report["first_batch_time"] = self.timer.first_batch_time
         report["train_end_time"] = self.timer.train_end_time
         report["first_batch_size"] = first_batch_size

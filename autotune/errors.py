@@ -93,6 +93,7 @@ class FailKind(str, enum.Enum):
     MONITOR_MISSING = "monitor_missing"
     NO_MEASUREMENT = "no_measurement"
     NO_LOSS_CURVE = "no_loss_curve"
+    STOPPED_EARLY = "stopped_early"
     NO_NOISE_SCALE = "no_noise_scale"
     PREDICTED_OOM = "predicted_oom"
     BATCH_ABOVE_EPOCH = "batch_above_epoch"
@@ -149,6 +150,11 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     FailKind.NO_LOSS_CURVE: (
         "--objective time-to-quality, and training_step returned no loss tensor to build the curve from",
         "return the loss from training_step, or use --objective throughput",
+    ),
+    FailKind.STOPPED_EARLY: (
+        "training ended before the trial's budget of batches: a callback or the module set trainer.should_stop, "
+        "or the data ran out; its loss covers fewer samples than the baseline's, so it is not compared",
+        "skip that stop when AUTOTUNE_TRIAL_NUMBER is set (trials already leave out EarlyStopping)",
     ),
     FailKind.NO_NOISE_SCALE: (
         "--objective goodput, and no optimizer step measured the gradient noise scale",

@@ -100,6 +100,9 @@ class RankReport(RankSummary, total=False):
         optimizer_ran: The first optimizer's class path (``torch.optim.adamw.AdamW``), or ``None``.
         stopped_at_target: Training stopped at the loss target before its budget (``stop_at_loss``
             of :class:`autotune.callback.MeasureCallback`).
+        stopped_early: Training ended before its planned batches, not at the loss target (a callback or
+            the module set ``trainer.should_stop``, or the data ran out first).
+        planned_batches: Training batches the rank was to run (its budget).
         first_batch_time: When the first training batch started, epoch seconds.
         train_end_time: When the last training batch ended, epoch seconds.
         first_batch_size: Samples in the first training batch.
@@ -124,6 +127,8 @@ class RankReport(RankSummary, total=False):
     lr_ran: float | None
     optimizer_ran: str | None
     stopped_at_target: bool
+    stopped_early: bool
+    planned_batches: int
     first_batch_time: float | None
     train_end_time: float | None
     first_batch_size: int | None

@@ -16,6 +16,7 @@ __all__ = [
     "apply_channels_last",
     "budget_epochs",
     "ddp_strategy",
+    "left_out_line",
     "max_steps",
     "total_batches",
     "trainer_kwargs",
@@ -194,15 +195,37 @@ def ddp_strategy(pl: Any, strategy: Any, start_method: str) -> Any:
     return pl.strategies.DDPStrategy(start_method=start_method, **options)
 
 
-#: Callbacks that need what a trial turns off (checkpoints, a logger, the progress bar, the summary).
-_DROPPED_CALLBACKS = ("Checkpoint", "ProgressBar", "ModelSummary", "LearningRateMonitor", "DeviceStatsMonitor")
+#: Callbacks a trial leaves out: those that need what a trial turns off (checkpoints, a logger, the
+#: progress bar, the summary), and ``EarlyStopping``: every trial trains its whole budget, so that its
+#: loss is compared with the baseline's at the same samples (helper-28's ``patience: 5`` had cut
+#: 16,384-sample trials to 5,928-7,296 samples, each a different length).
+_DROPPED_CALLBACKS = ("Checkpoint", "ProgressBar", "ModelSummary", "LearningRateMonitor", "DeviceStatsMonitor", "EarlyStopping")
 
 
 def user_callbacks(pl: Any, callbacks: list[Any]) -> list[Any]:
-    """The user's callbacks a trial keeps: all but checkpointing, progress bars, model summaries and
-    the monitors that need a logger (a trial has none of them)."""
+    """The user's callbacks a trial keeps: all but checkpointing, progress bars, model summaries,
+    the monitors that need a logger (a trial has none of them) and early stopping (and their
+    subclasses)."""
     dropped = tuple(getattr(pl.callbacks, name) for name in _DROPPED_CALLBACKS if hasattr(pl.callbacks, name))
     return [c for c in callbacks if not isinstance(c, dropped)]
+
+
+def left_out_line(callbacks: Any) -> str | None:
+    """The line that names the callbacks of a ``--config``'s ``trainer.callbacks`` (a list, or one
+    entry: ``{class_path: ..., init_args: ...}`` or a class path) that trials leave out
+    (:func:`user_callbacks`; by class name, a subclass named otherwise is not named here), or
+    ``None`` when there are none."""
+    entries = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
+    paths = [e.get("class_path") if isinstance(e, Mapping) else e for e in entries]
+    names = [str(p).rsplit(".", 1)[-1] for p in paths if isinstance(p, str)]
+    left = [n for n in names if any(word in n for word in _DROPPED_CALLBACKS)]
+    if not left:
+        return None
+    left = list(dict.fromkeys(left))
+    return (
+        f"trials leave out your config's {', '.join(left)}: every trial trains its whole budget, "
+        f"with no logger or checkpoints, so its loss compares with the baseline's at the same samples; the export keeps {'them' if len(left) > 1 else 'it'}"
+    )
 
 
 def apply_channels_last(model: Any) -> Any:

@@ -82,6 +82,30 @@ def test_a_monitor_never_logged_is_said_after_the_baseline_and_the_returned_loss
             assert attrs["loss"] == pytest.approx(attrs["train_loss_final"])
 
 
+def test_early_stopping_in_the_config_is_left_out_of_trials_and_a_stop_of_the_module_s_own_fails_the_trial(tmp_path, cli):
+    """helper-28: an EarlyStopping in --config cut 16,384-sample trials to 5,928-7,296 samples, each a
+    different length, and every figure still said 16,384."""
+    db, config = tmp_path / "stop.db", tmp_path / "config.yaml"
+    config.write_text(
+        "trainer:\n  callbacks:\n"
+        "    - {class_path: lightning.pytorch.callbacks.EarlyStopping, init_args: {monitor: val_loss, stopping_threshold: 1000.0}}\n"
+        "    - {class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {monitor: val_loss}}\n"
+    )
+    r = cli("search", MODELS / "tiny.py", "--config", config, "--samples", 8192, "--trials", 2, "--confirm", 0,
+            "--storage", f"sqlite:///{db}", env={"TINY_FAULTS": "1:stop"})
+    assert r.returncode == 0, r.stderr
+    assert "trials leave out your config's EarlyStopping, ModelCheckpoint: every trial trains its whole budget" in r.stdout
+    base, stopped = load(db, "tiny").trials
+    # the threshold stops training at the first validation (an epoch of 3,584 samples): left out, the baseline trains 8,192
+    assert base.state == optuna.trial.TrialState.COMPLETE and base.user_attrs["samples_seen"] == 8192
+    assert "stopped_early" not in base.user_attrs
+    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["fail_kind"] == "stopped_early"
+    ran, planned = stopped.user_attrs["stopped_early"]
+    assert ran == 6 and planned == 8192 // stopped.user_attrs["config"]["batch_size"]
+    assert stopped.user_attrs["fail_reason"].startswith(f"training stopped after 6 of its {planned:,} batches (")
+    assert "AUTOTUNE_TRIAL_NUMBER" in stopped.user_attrs["fail_reason"]
+
+
 @pytest.mark.parametrize("launch", [(), ("--cold",)], ids=["warm", "cold"])
 def test_a_ddp_rank_s_exception_reaches_the_trial_s_fail_reason(tmp_path, cli, launch):
     # warm: the ranks are forked, and the launching process gets the rank's traceback as text;

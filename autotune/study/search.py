@@ -60,6 +60,7 @@ from autotune.study.settings import (
 )
 from autotune.study.staged import _staged_search, _stages, screen_room
 from autotune.study.tell import after_interrupt
+from autotune.trial_trainer import left_out_line
 from autotune.ui import UI
 
 
@@ -187,6 +188,8 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         ui.info(line)
     if epochs := max_epochs_line(settings):
         ui.info(epochs)
+    if left_out := left_out_line(((settings.user_config or {}).get("trainer") or {}).get("callbacks")):
+        ui.info(left_out)
     run_id = f"{os.getpid()}-{time.time():.0f}"
     plan = _Plan(study, run_id, search, opts.trials)
     plan.flags = run_flags(opts)

@@ -47,8 +47,24 @@ def _measure_attrs(outcome) -> dict[str, Any]:
     attrs["optimizer_ran"] = ranks[0].get("optimizer_ran")
     if ranks[0].get("stopped_at_target"):
         attrs["stopped_at_target"] = True
+    if ranks[0].get("stopped_early"):
+        attrs["stopped_early"] = [int(attrs["batches"]), int(ranks[0].get("planned_batches") or 0)]
     attrs["applied"] = ranks[0].get("applied")
     return attrs
+
+
+def stopped_early_reason(measured: dict[str, Any]) -> str:
+    """The reason stored on a trial whose training ended before its budget (``stopped_early``:
+    ``[batches run, batches planned]``): its loss covers fewer samples than the others', so it is not
+    compared with the baseline's (helper-28's config had an ``EarlyStopping``, which trials now leave
+    out, and a 16,384-sample budget stopped at 7,296)."""
+    ran, planned = measured["stopped_early"]
+    return (
+        f"training stopped after {ran:,} of its {planned:,} batches ({int(measured.get('samples_seen') or 0):,} samples): "
+        "a callback or your LightningModule set trainer.should_stop, or the training data ran out first; "
+        "a trial's loss must cover its whole budget to be compared with the baseline's: skip that stop in trials "
+        "(AUTOTUNE_TRIAL_NUMBER is set in every trial process)"
+    )
 
 
 def _rank_attrs(outcome) -> list[dict[str, Any]]:
@@ -122,6 +138,8 @@ def _judge(
     values: Any = None
     constraint: float | None = None
     attrs.update(measured)
+    if measured.get("stopped_early"):
+        return FailKind.STOPPED_EARLY, stopped_early_reason(measured), None, None
     try:
         # an empty loss curve: training_step returned no loss (its NaN mean is no loss to judge)
         returned = measured["train_loss_final"] if measured["loss_curve"] else None

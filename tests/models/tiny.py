@@ -2,6 +2,7 @@
 
 ``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
+``stop`` sets ``trainer.should_stop`` at step 5 (a stop of the module's own, before the budget).
 ``fast_infeasible`` makes a trial skip ``TINY_SAMPLE_SLEEP`` (faster than the others) and log a
 ``val_loss`` 10 above its own (beyond any loss tolerance).
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
@@ -87,6 +88,8 @@ class TinyModel(pl.LightningModule):
             time.sleep(float(os.environ["TINY_SAMPLE_SLEEP"]) * len(x))
         if FAULT == "raise" and batch_idx == 2:
             raise ValueError("boom from the user's training_step")
+        if FAULT == "stop" and batch_idx == 5:
+            self.trainer.should_stop = True
         if FAULT == "nan" and batch_idx == 3:
             loss = loss * float("nan")
         if FAULT == "kill" and batch_idx == 2:
