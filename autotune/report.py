@@ -59,6 +59,18 @@ _COLUMNS = (
 _TEXT_COLUMNS = frozenset({"note", "other", "status"})
 
 
+def change_and_limit(change: float, limit: float) -> tuple[str, str]:
+    """A relative change and its limit as signed percentages, with as many decimals (0 to 3) as tell
+    them apart: ``(0.1504, 0.15)`` is ``("+15.04%", "+15.00%")``, not ``+15%`` against ``+15%``, which
+    read as a pass (helper-28's failed loss sanity check)."""
+    said = (f"{change:+.0%}", f"{limit:+.0%}")
+    for decimals in range(1, 4):
+        if said[0] != said[1]:
+            break
+        said = (f"{change:+.{decimals}%}", f"{limit:+.{decimals}%}")
+    return said
+
+
 def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> str:
     """Why an infeasible trial is: ``"loss +46% vs the baseline's (limit +15%)"`` (the limit a config of
     the baseline's math is held to is the sanity check's wider one), or ``""`` when not known."""
@@ -72,7 +84,8 @@ def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> st
     if attrs.get("math") == PRESERVING:
         tolerance = sanity_tolerance(tolerance)
     sign = -1 if settings.get("mode") == "max" else 1
-    return f"loss {float(loss) / float(base) - 1:+.0%} vs the baseline's (limit {sign * tolerance:+.0%})"
+    change, limit = change_and_limit(float(loss) / float(base) - 1, sign * tolerance)
+    return f"loss {change} vs the baseline's (limit {limit})"
 
 
 def trial_rows(study, recommended_number: int | None = None, full: bool = False, trials=None) -> list[dict[str, Any]]:
@@ -117,17 +130,15 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         if attrs.get("math") == "preserving" and not attrs.get("baseline"):
             note = ("same math " + note).strip()
         sanity = attrs.get("loss_sanity") or {}
+        change, limit = change_and_limit(sanity.get("change") or 0.0, sanity.get("tolerance") or 0.0)
         if sanity.get("ok") is False and attrs.get("feasible") is not None:
             # a run judged at full budget: its monitored metric decided, the training-loss check only informs
             note = (
-                f"{note} training loss {sanity['change']:+.0%} vs the baseline's at {sanity['samples']} samples (sanity limit "
-                f"{sanity['tolerance']:+.0%}; a full-budget run is judged on {attrs.get('loss_source') or 'its --monitor'})"
+                f"{note} training loss {change} vs the baseline's at {sanity['samples']} samples (sanity limit "
+                f"{limit}; a full-budget run is judged on {attrs.get('loss_source') or 'its --monitor'})"
             ).strip()
         elif sanity.get("ok") is False:
-            note = (
-                f"{note} loss sanity failed: {sanity['change']:+.0%} against the baseline's at {sanity['samples']} samples "
-                f"(limit {sanity['tolerance']:+.0%})"
-            ).strip()
+            note = f"{note} loss sanity failed: {change} against the baseline's at {sanity['samples']} samples (limit {limit})".strip()
         if attrs.get("feasible") is False and t.state.name == "COMPLETE" and study is not None:
             study_attrs = study.user_attrs if study_attrs is None else study_attrs
             note = (f"{note} {_loss_change(attrs, study_attrs)}").strip()

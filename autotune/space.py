@@ -265,12 +265,19 @@ def _check_number(source: str, key: str, value: Any, kind: type) -> None:
         raise SpaceError(f"{source}: {key} must be {'a number' if kind is float else 'an integer'}, got {value!r}")
 
 
+#: Lightning's short precision names and the full ones they stand for (``Trainer(precision=...)``).
+_SHORT_PRECISIONS = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
 def _check_value(source: str, key: str, name: str, kind: type, value: Any) -> None:
     if name in _ALLOWED:
         allowed = _ALLOWED[name]
         if not any(value is a if isinstance(a, bool) or isinstance(value, bool) else value == a for a in allowed):
             what = "precision" if name == "precision" else "value"
-            raise SpaceError(f"{source}: {key}: unknown {what} {value!r}; allowed: {list(allowed)}")
+            # Lightning's short names (32, "16", "bf16") are one of the full ones: name it (helper-28 wrote "32")
+            full = _SHORT_PRECISIONS.get(str(value)) if name == "precision" else None
+            hint = f" (Lightning's short name for {full!r}: write {full!r})" if full else ""
+            raise SpaceError(f"{source}: {key}: unknown {what} {value!r}{hint}; allowed: {list(allowed)}")
         return
     if kind is bool:
         if not isinstance(value, bool):

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
 
 __all__ = [
+    "behind_on_loss",
     "confirmation_lines",
     "flops_line",
     "frontier_lines",
@@ -92,7 +93,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         else:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
         longer = f" ({race.samples:,} samples per run)" if race.samples != confirmed.samples else ""
-        lines.append(race_line(race.candidate, v, objective, versus, longer, how))
+        lines.append(race_line(race.candidate, v, objective, versus, longer, how, behind=not v.decided and behind_on_loss(race)))
     if confirmed.unraced and confirmed.races:  # (with no race at all, the outcome line says why already)
         names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
         lines.append(
@@ -102,10 +103,12 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
     return lines
 
 
-def race_line(candidate: int, verdict: Any, objective: str, versus: str, longer: str, how: str) -> str:
+def race_line(candidate: int, verdict: Any, objective: str, versus: str, longer: str, how: str, behind: bool = False) -> str:
     """One race's line: ``"race: trial 6's config, 1.62x faster [...] over 4 pair(s) of runs vs the
-    baseline: win: ..."``; a race lost on the loss leads with that, its ratio after as what it was
-    on (a new user read "2.35x faster" as the verdict of a race lost on its time to the loss).
+    baseline: win: ..."``; a race lost on the loss, or stopped undecided while behind on it
+    (``behind``), leads with that, its ratio after as what it was on (a new user read "2.35x faster"
+    as the verdict of a race lost on its time to the loss; helper-28 read "3.56x faster ... stopped
+    before a decision" for a config slower to the baseline's loss).
 
     Args:
         candidate: The candidate's trial number.
@@ -114,12 +117,15 @@ def race_line(candidate: int, verdict: Any, objective: str, versus: str, longer:
         versus: What it raced (``"the baseline"``, ``"trial 3's config"``).
         longer: ``" (N samples per run)"`` when its runs were not the confirmation's length, else ``""``.
         how: The outcome and its reason (``"win: better in 2 of 2 pairs, ..."``).
+        behind: An undecided race whose candidate was slower to the baseline's training loss in its pairs.
     """
     if not verdict.pairs:
         return f"race: trial {candidate}'s config vs {versus}{longer}: {how}"
     figure = ratio_text(verdict.ratio, verdict.low, verdict.high, verdict.pairs, objective, versus)
     if verdict.decided and verdict.outcome == "loss":
         return f"race: trial {candidate}'s config{longer}: {how}; on {objective} alone it was {figure}"
+    if behind:
+        return f"race: trial {candidate}'s config{longer}: {how}, slower to the baseline's training loss in its pair(s); on {objective} alone it was {figure}"
     return f"race: trial {candidate}'s config, {figure}{longer}: {how}"
 
 
@@ -135,7 +141,7 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
             f"so no race ran: the baseline is recommended (1.00x); {room}"
         )
     race = _stopped_race(confirmed)
-    if race is not None and race.verdict.ratio > 1 and not _behind_on_loss(race):
+    if race is not None and race.verdict.ratio > 1 and not behind_on_loss(race):
         v = race.verdict
         return (
             f"not confirmed: trial {race.candidate}'s config was {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}, "
@@ -145,7 +151,7 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
         v = race.verdict
         late = (
             ", but slower to the baseline's training loss in its pair(s), so a longer race would not likely win it"
-            if _behind_on_loss(race)
+            if behind_on_loss(race)
             else ""
         )
         return (
@@ -168,11 +174,11 @@ def _stopped_race(confirmed: Any) -> Any:
     (with a pair run, none queued), the first that was ahead (and not behind on the loss), else the
     first; ``None`` when none was stopped."""
     stopped = [r for r in confirmed.races if not r.verdict.decided and not r.pending and r.verdict.pairs]
-    ahead = [r for r in stopped if r.verdict.ratio > 1 and not _behind_on_loss(r)]
+    ahead = [r for r in stopped if r.verdict.ratio > 1 and not behind_on_loss(r)]
     return (ahead or stopped or [None])[0]
 
 
-def _behind_on_loss(race: Any) -> bool:
+def behind_on_loss(race: Any) -> bool:
     """Whether a race judged on the loss (:attr:`autotune.study.races.Race.quality`) had its candidate
     slower to the study's loss target than its incumbent in the median of the pairs that know both
     runs' times (:attr:`autotune.paired.Pair.candidate_reach`; ``inf``: never reached): ahead on

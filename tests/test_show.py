@@ -236,3 +236,7 @@ def test_a_sanity_check_above_its_limit_reads_as_a_decision_only_where_it_decide
     assert full["note"] == (
         "same math training loss +46% vs the baseline's at 1952 samples (sanity limit +15%; a full-budget run is judged on val_loss)"
     )
+    # just above the limit: as many decimals as tell the two apart (helper-28 read "+15% ... (limit +15%)" as a pass)
+    sanity.update(change=0.15040)
+    (short,) = trial_rows(None, trials=[trial(1, trial_samples=512, feasible=None, stage="system")])
+    assert short["note"].endswith("loss sanity failed: +15.04% against the baseline's at 1952 samples (limit +15.00%)")

@@ -39,7 +39,7 @@ from autotune.study.queue import drain_queue
 from autotune.study.races import Race, budget_of, races_of, won_chain
 from autotune.study.records import LONGER_FACTOR, UNRACED_ATTR, UNRACED_CANDIDATES_ATTR, _budget, confirm_candidates, is_longer
 from autotune.study.settings import BASELINE_ATTR, StudySettings
-from autotune.summary import race_line
+from autotune.summary import behind_on_loss, race_line
 from autotune.ui import UI
 
 __all__ = [
@@ -372,7 +372,7 @@ def race_candidates(
             v = race.verdict
             longer = f" ({'up to ' if is_longer(candidate) else ''}{length:,} samples per run)" if length != samples else ""
             how = f"{v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
-            ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how))
+            ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how, behind=not v.decided and behind_on_loss(race)))
             if v.outcome == "win":
                 incumbent = candidate
             if race.stopped:

@@ -285,6 +285,16 @@ def test_a_race_of_other_math_behind_on_the_loss_is_not_called_ahead_and_its_los
     (line, *races) = confirmation_lines(confirmation(study, settings), "throughput")
     assert line.startswith(f"not confirmed: the confirmation budget stopped trial {bigger.number}'s race before a decision"), line
     assert "slower to the baseline's training loss in its pair(s)" in line and "--confirm-share" not in line, line
+    # its own race line (shown when its runs were longer than the confirmation's) leads with the loss too (helper-28 read
+    # "3.56x faster ... stopped before a decision" for a config slower to the baseline's loss)
+    from autotune.summary import behind_on_loss, race_line
+
+    (stopped,) = confirmation(study, settings).races
+    assert behind_on_loss(stopped) and not stopped.verdict.decided
+    said = race_line(bigger.number, stopped.verdict, "throughput", "the baseline", " (2,048 samples per run)", "stopped: budget spent",
+                     behind=behind_on_loss(stopped))
+    assert said.startswith(f"race: trial {bigger.number}'s config (2,048 samples per run): stopped: budget spent, slower to the "
+                           "baseline's training loss in its pair(s); on throughput alone it was 2.00x faster"), said
     # decided: two pairs, lost on the loss; the line leads with the loss, the samples/s after it as what they were
     lost = make_study()
     add(lost, 100.0, baseline=True)
