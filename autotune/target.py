@@ -30,7 +30,14 @@ from autotune.config import TrialConfig
 from autotune.dataloaders import apply_loader_options
 from autotune.errors import ModelFileError, UsageError
 from autotune.knob_targets import KnobTarget, apply_attribute_knobs
-from autotune.trial_trainer import apply_channels_last, ddp_strategy, total_batches, trainer_kwargs, user_callbacks
+from autotune.trial_trainer import (
+    apply_channels_last,
+    ddp_strategy,
+    leave_out_model_callbacks,
+    total_batches,
+    trainer_kwargs,
+    user_callbacks,
+)
 
 __all__ = ["knob_overrides", "main", "run_trial"]
 
@@ -95,6 +102,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         apply_attribute_knobs(targets, {k: getattr(config, k) for k in targets}, model, datamodule)
         loader_knobs = {k: getattr(config, k) for k, t in targets.items() if t.how == "loader"}
         apply_loader_options(datamodule if datamodule is not None else model, config, loader_knobs)
+        model = leave_out_model_callbacks(pl, model)  # an EarlyStopping from configure_callbacks() too
         if config.channels_last:
             model = apply_channels_last(model)
         _, batches = total_batches(config, int(spec["samples"]))

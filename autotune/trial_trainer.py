@@ -16,6 +16,7 @@ __all__ = [
     "apply_channels_last",
     "budget_epochs",
     "ddp_strategy",
+    "leave_out_model_callbacks",
     "left_out_line",
     "max_steps",
     "total_batches",
@@ -208,6 +209,21 @@ def user_callbacks(pl: Any, callbacks: list[Any]) -> list[Any]:
     subclasses)."""
     dropped = tuple(getattr(pl.callbacks, name) for name in _DROPPED_CALLBACKS if hasattr(pl.callbacks, name))
     return [c for c in callbacks if not isinstance(c, dropped)]
+
+
+def leave_out_model_callbacks(pl: Any, model: Any) -> Any:
+    """The module with its ``configure_callbacks()`` less the callbacks a trial leaves out
+    (:func:`user_callbacks`): Lightning adds what that hook returns to the Trainer's callbacks when
+    ``fit`` starts, past the filter of the ``Trainer``'s own list. Set on the instance, as
+    :func:`apply_channels_last` does."""
+    original = model.configure_callbacks
+
+    def configure_callbacks():
+        returned = original()
+        return user_callbacks(pl, [returned] if isinstance(returned, pl.Callback) else list(returned or []))
+
+    model.configure_callbacks = configure_callbacks
+    return model
 
 
 def left_out_line(callbacks: Any) -> str | None:

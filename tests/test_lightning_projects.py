@@ -92,7 +92,7 @@ def test_early_stopping_in_the_config_is_left_out_of_trials_and_a_stop_of_the_mo
         "    - {class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {monitor: val_loss}}\n"
     )
     r = cli("search", MODELS / "tiny.py", "--config", config, "--samples", 8192, "--trials", 2, "--confirm", 0,
-            "--storage", f"sqlite:///{db}", env={"TINY_FAULTS": "1:stop"})
+            "--storage", f"sqlite:///{db}", env={"TINY_FAULTS": "1:stop", "TINY_EARLY_STOP": "1"})  # and one from configure_callbacks()
     assert r.returncode == 0, r.stderr
     assert "trials leave out your config's EarlyStopping, ModelCheckpoint: every trial trains its whole budget" in r.stdout
     base, stopped = load(db, "tiny").trials

@@ -3,6 +3,8 @@
 ``TINY_FAULTS`` maps trial numbers to faults, e.g. ``"1:raise,2:nan,3:kill,4:hang,5:oom"``; the
 trial number comes from ``AUTOTUNE_TRIAL_NUMBER``, which autotune sets in every trial process.
 ``stop`` sets ``trainer.should_stop`` at step 5 (a stop of the module's own, before the budget).
+``TINY_EARLY_STOP=1`` makes ``configure_callbacks()`` return an ``EarlyStopping`` that stops at the first
+validation (trials leave it out).
 ``fast_infeasible`` makes a trial skip ``TINY_SAMPLE_SLEEP`` (faster than the others) and log a
 ``val_loss`` 10 above its own (beyond any loss tolerance).
 ``TINY_IGNORE_BATCH=1`` makes the datamodule ignore its ``batch_size`` (always 16).
@@ -118,3 +120,8 @@ class TinyModel(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    def configure_callbacks(self):
+        if os.environ.get("TINY_EARLY_STOP"):
+            return pl.callbacks.EarlyStopping(monitor="val_loss", stopping_threshold=1000.0)
+        return []
