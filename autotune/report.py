@@ -55,6 +55,10 @@ _COLUMNS = (
     ("other", "other knobs", 14),
     ("note", "note", 8),
 )
+#: The config's columns: one whose value is the same in every row of a table of several is left out
+#: first when the table is too wide (helper-28's 120-column terminal lost the searched workers column
+#: while a precision of 32-true in every row stayed).
+_KNOB_COLUMNS = frozenset({"batch_size", "precision", "accumulate_grad_batches", "num_workers", "lr", "effective_batch_size"})
 #: Columns of free text (wrapped at spaces); the others are one value each, kept on one line whole.
 _TEXT_COLUMNS = frozenset({"note", "other", "status"})
 
@@ -280,11 +284,12 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     sources = {row.get("loss_source") for row in rows if row.get("loss") is not None}
     loss_label = str(sources.pop()) if len(sources) == 1 and None not in sources else "loss"
     loss_label = "train_loss" if loss_label == "autotune/train_loss" else loss_label  # the loss training_step returned
+    same = {key for key in _KNOB_COLUMNS if len(rows) > 1 and len({_cell(key, row) for row in rows}) == 1}
     columns = [
         TableColumn(
             key,
             loss_label if key == "loss" else label,
-            rank,
+            rank + 20 if key in same else rank,
             text=key in _TEXT_COLUMNS,
             right=key not in ("state", "precision", "note", "other"),
         )

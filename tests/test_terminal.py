@@ -100,6 +100,24 @@ def test_the_trial_table_fits_the_terminal_and_never_splits_a_value(width):
     assert "1,234,568" in out.getvalue() and "bf16-mixed" in out.getvalue()
 
 
+def test_a_config_column_the_same_in_every_row_is_left_out_before_a_searched_one():
+    """helper-28: on a 120-column terminal the searched workers column was left out while precision,
+    32-true in every row, stayed."""
+    study = make_study()
+    add(study, 900.0, 0.5, baseline=True)
+    for n, workers in enumerate([1, 2, 3, 1, 2]):
+        add(study, 1000.0 + n, 0.51, num_workers=workers, batch_size=32 * 2 ** (n % 3),
+            attrs={"math": "preserving", "stage": "system"} if n % 2 else {"duplicate_of": 0})
+    rows = trial_rows(study)
+    for width in (60, 70, 80):
+        out = io.StringIO()
+        render_rows(rows, "table", Console(file=out, width=width))
+        left_out = check_table(out.getvalue(), width, shown_rows(rows), LABELS)
+        if "workers" in left_out:  # only once every config column that does not vary is out
+            assert {"precision", "accum", "lr"} <= left_out, (width, left_out)
+        assert "precision" in left_out or not left_out, (width, left_out)
+
+
 def test_a_wide_terminal_shows_every_column_boxed_and_no_empty_one():
     study = realistic_study()
     out = io.StringIO()
