@@ -94,3 +94,19 @@ def test_a_new_study_minimising_a_metric_named_as_a_score_is_refused(monitor, re
             check_monitor_mode(monitor, None)
     else:
         check_monitor_mode(monitor, None)
+
+
+@pytest.mark.parametrize("monitor, mode, warned", [
+    ("val_loss", "max", "reads like a loss or an error, where lower is better, but --mode max maximises it: a config is then "
+                        "feasible for a higher val_loss; pass --mode min"),
+    ("val_acc", "min", "reads like a score, where higher is better, but --mode min minimises it: a config is then feasible "
+                       "for a lower val_acc; pass --mode max"),
+    ("val_loss", "min", None), ("val_acc", "max", None), ("neg_loss", "max", None), ("reward", "max", None),
+    ("val_acc_loss", "max", None), ("val_loss", None, None),
+])
+def test_an_explicit_mode_against_what_the_metric_s_name_reads_as_is_warned(monitor, mode, warned):
+    """helper-29: --monitor val_loss --mode max was accepted silently (a higher loss then counts as feasible)."""
+    from autotune.study.options import monitor_mode_warning
+
+    said = monitor_mode_warning(monitor, mode)
+    assert (said is None) if warned is None else (said is not None and warned in said), said

@@ -215,16 +215,41 @@ def check_monitor_mode(monitor: str | None, mode: str | None) -> None:
             tolerance would then call a config feasible for a *lower* accuracy (a new user's
             ``--monitor val_acc`` study marked 0.83 feasible against the baseline's 0.96).
     """
-    import re
-
     if mode is not None or not monitor:
         return
-    words = set(re.findall(r"[a-z]+[0-9]*", monitor.lower())) | set(re.findall(r"[a-z]+", monitor.lower()))
-    if words & _HIGHER_WORDS and not words & _LOWER_WORDS:
+    if _reads_as(monitor) == "max":
         raise UsageError(
             f"--monitor {monitor} reads like a score where higher is better, but --mode defaults to min; "
             "pass --mode max (or --mode min if lower is better)"
         )
+
+
+def _reads_as(monitor: str) -> str | None:
+    """``"max"`` when a metric's name reads like a score (a word of :data:`_HIGHER_WORDS` and none of
+    :data:`_LOWER_WORDS`), ``"min"`` when it reads like a loss or an error (the other way round, and
+    no ``neg``: ``neg_loss`` is maximised), else ``None``."""
+    import re
+
+    words = set(re.findall(r"[a-z]+[0-9]*", monitor.lower())) | set(re.findall(r"[a-z]+", monitor.lower()))
+    if words & _HIGHER_WORDS and not words & _LOWER_WORDS:
+        return "max"
+    if words & _LOWER_WORDS and not words & (_HIGHER_WORDS | {"neg", "negative"}):
+        return "min"
+    return None
+
+
+def monitor_mode_warning(monitor: str | None, mode: str | None) -> str | None:
+    """A warning when an explicit ``--mode`` goes against what the ``--monitor``'s name reads as
+    (:func:`_reads_as`): ``--monitor val_loss --mode max`` calls a config feasible for a *higher*
+    loss (helper-29's study was accepted silently). A warning, not a refusal: the user chose the mode."""
+    reads = _reads_as(monitor) if monitor and mode else None
+    if reads is None or reads == mode:
+        return None
+    what = "a loss or an error, where lower is better" if reads == "min" else "a score, where higher is better"
+    return (
+        f"--monitor {monitor} reads like {what}, but --mode {mode} {'maximises' if mode == 'max' else 'minimises'} it: "
+        f"a config is then feasible for a {'higher' if mode == 'max' else 'lower'} {monitor}; pass --mode {reads} if that is not what you meant"
+    )
 
 
 def default_study_name(model_file: str | Path) -> str:

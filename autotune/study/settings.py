@@ -30,7 +30,7 @@ from autotune.space import (
     resolve_space,
 )
 from autotune.storage import mask_url, open_storage
-from autotune.study.options import DEFAULTS, SearchOptions, check_monitor_mode
+from autotune.study.options import DEFAULTS, SearchOptions, check_monitor_mode, monitor_mode_warning
 from autotune.study.probe import _probe_memory
 from autotune.ui import UI
 
@@ -322,6 +322,8 @@ def _with_study_values(opts: SearchOptions, settings: StudySettings) -> SearchOp
 def _create_settings(opts: SearchOptions, model_file: Path, study_name: str, ui: UI) -> StudySettings:
 
     check_monitor_mode(opts.monitor, opts.mode)  # a new study's mode is fixed: say it before any trial
+    if warning := monitor_mode_warning(opts.monitor, opts.mode):
+        ui.warn(warning)
     space_path = find_space(opts.space_file or "default").resolve()
     space = load_space(space_path)  # validate before the slow inspection
     config_file = str(Path(opts.config_file).resolve()) if opts.config_file else None
