@@ -72,7 +72,8 @@ def busy_run_line(trials: Iterable[Any], whose: str = "") -> str | None:
 
     Args:
         trials: The run's frozen trials (duplicates and trials without figures are not counted).
-        whose: Words before "measured trial(s)" that say whose trials they are ("this run's"), or "".
+        whose: Words before "N trial(s) whose CPU share was measured" that say whose trials they are
+            ("this run's"), or "": a trial too short for the figure (helper-29's 0.1 s windows) is not counted.
     """
     measured = [t for t in trials if t.user_attrs.get("other_cpu_fraction") is not None and "duplicate_of" not in t.user_attrs]
     busy = [t for t in measured if is_busy(t.user_attrs)]
@@ -80,7 +81,8 @@ def busy_run_line(trials: Iterable[Any], whose: str = "") -> str | None:
         return None
     worst = max(busy, key=lambda t: t.user_attrs["other_cpu_fraction"])
     return (
-        f"busy machine: {len(busy)} of {(whose + ' ') if whose else ''}{len(measured)} measured trial(s) ran while other processes took >= {BUSY_OTHER_CPU_FRACTION:.0%} "
+        f"busy machine: {len(busy)} of {(whose + ' ') if whose else ''}{len(measured)} trial(s) whose CPU share was measured "
+        f"(a very short run has no figure) ran while other processes took >= {BUSY_OTHER_CPU_FRACTION:.0%} "
         f"of the CPU; the busiest, trial {worst.number}, ran while {_taken(worst.user_attrs)}: their samples/s understate their configs "
         "(a core that other work keeps busy can be left out of the trials with $AUTOTUNE_BUSY_CORES, docs/report.md)"
     )

@@ -151,7 +151,9 @@ class LiveUI(ConsoleUI):
                     ("best so far" if row["number"] == best else "ok")
                     if row.get("feasible")
                     else (
-                        "short run" if row.get("feasible") is None and row.get("stage") == "system" else "infeasible: loss above tolerance"
+                        "short run"
+                        if row.get("feasible") is None and row.get("stage") == "system"
+                        else "infeasible: beyond the loss tolerance"
                     )
                 )
                 if row.get("pair_of") is not None:  # its loss is judged against its pair's, in the race

@@ -77,7 +77,8 @@ def change_and_limit(change: float, limit: float) -> tuple[str, str]:
 
 def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> str:
     """Why an infeasible trial is: ``"loss +46% vs the baseline's (limit +15%)"`` (the limit a config of
-    the baseline's math is held to is the sanity check's wider one), or ``""`` when not known."""
+    the baseline's math is held to is the sanity check's wider one; under ``--mode max`` the metric's
+    name: ``"val_acc -15% vs the baseline's (limit -5%)"``), or ``""`` when not known."""
     from autotune.study.math_class import PRESERVING, sanity_tolerance
     from autotune.study.settings import BASELINE_ATTR, SETTINGS_ATTR
 
@@ -89,7 +90,8 @@ def _loss_change(attrs: Mapping[str, Any], study_attrs: Mapping[str, Any]) -> st
         tolerance = sanity_tolerance(tolerance)
     sign = -1 if settings.get("mode") == "max" else 1
     change, limit = change_and_limit(float(loss) / float(base) - 1, sign * tolerance)
-    return f"loss {change} vs the baseline's (limit {limit})"
+    name = "loss" if sign > 0 else attrs.get("loss_source") or "score"  # a score under --mode max (helper-29: val_acc)
+    return f"{name} {change} vs the baseline's (limit {limit})"
 
 
 def trial_rows(study, recommended_number: int | None = None, full: bool = False, trials=None) -> list[dict[str, Any]]:
@@ -399,7 +401,7 @@ class ConsoleUI:
     def trial_finished(self, trial) -> None:
         attrs = trial.user_attrs
         if trial.state.name == "COMPLETE":
-            feasible = "" if attrs.get("feasible", True) else " [infeasible: loss above tolerance]"
+            feasible = "" if attrs.get("feasible", True) else " [infeasible: beyond the loss tolerance]"
             if attrs.get("feasible", True) is None:
                 feasible = " [short run: loss not judged]"
             if "pair_of" in attrs:  # its own budget: its loss is judged against its pair's, in the race

@@ -45,7 +45,7 @@ def test_the_run_gets_one_line_naming_the_busiest_trial_and_the_count():
     trials = [_trial(0, 0.05), _trial(1, 0.3), _trial(2, 0.71, load=4.25), _trial(3, None), _trial(4, 0.95, duplicate_of=2)]
     line = busy_run_line(trials)
     assert line == (
-        "busy machine: 2 of 3 measured trial(s) ran while other processes took >= 25% of the CPU; the busiest, trial 2, ran while "
+        "busy machine: 2 of 3 trial(s) whose CPU share was measured (a very short run has no figure) ran while other processes took >= 25% of the CPU; the busiest, trial 2, ran while "
         "other processes took 71% of the CPU (load average 4.2 on 2 cores): their samples/s understate their configs "
         "(a core that other work keeps busy can be left out of the trials with $AUTOTUNE_BUSY_CORES, docs/report.md)"
     )
@@ -176,5 +176,5 @@ def test_a_cpu_hog_during_a_trial_shows_in_its_figures_and_in_one_line(tmp_path)
     # paired: the hog took at least half of the CPU the quiet trial's window left idle
     assert h >= BUSY_OTHER_CPU_FRACTION and h - q >= idle / 2 - 0.05, (q, h, idle)
     assert f"trial 1 ran while other processes took {h:.0%} of the CPU" in out
-    assert "busy machine:" in out and "of this run's 3 measured trial(s) ran while other processes took >= 25% of the CPU" in out
+    assert "busy machine:" in out and "of this run's 3 trial(s) whose CPU share was measured (a very short run has no figure) ran while other processes took >= 25% of the CPU" in out
     assert out.count("busy machine:") == 1

@@ -50,7 +50,7 @@ def test_the_live_view_shows_progress_the_running_trial_and_the_best_so_far(tmp_
     frame = _plain(out.getvalue())
     assert "3/4" in frame and "elapsed" in frame and "ETA" in frame
     assert "trial 3: batch_size=64" in frame and "4,321 samples/s so far, batch 40/64" in frame
-    assert "best so far" in frame and "infeasible: loss above tolerance" in frame
+    assert "best so far" in frame and "infeasible: beyond the loss tolerance" in frame
     best_line = [line for line in out.getvalue().splitlines() if "best so far" in line][-1]
     assert "\x1b[1;32m" in best_line and "3,000" in best_line  # the fastest feasible trial, bold green (not the infeasible 5,000)
     ui.trial_finished(_trial(3, 0.0, 0.0, fail="oom: CUDA out of memory"))

@@ -371,6 +371,12 @@ def test_the_table_says_by_how_much_an_infeasible_trial_missed_the_loss_and_agai
     assert notes[other.number].endswith("loss +20% vs the baseline's (limit +5%)")
     assert notes[same.number].endswith("loss +28% vs the baseline's (limit +15%)") and notes[same.number].startswith("same math")
     assert "loss" not in notes[fine.number] and "loss" not in notes[0]
+    # a score under --mode max is named, not called a loss (helper-29: "loss -15%" for an accuracy)
+    scored = make_study(loss_tolerance=0.05, mode="max", monitor="val_acc")
+    add(scored, 100.0, 0.86, baseline=True, attrs={"loss_source": "val_acc"})
+    worse = add(scored, 300.0, 0.73, batch_size=128, attrs={"loss_source": "val_acc"})
+    note = {r["number"]: r["note"] for r in trial_rows(scored)}[worse.number]
+    assert note.endswith("val_acc -15% vs the baseline's (limit -5%)"), note
 
 
 def test_a_near_tie_of_the_baseline_s_math_is_raced_only_when_no_other_candidate_is():
