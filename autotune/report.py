@@ -136,15 +136,16 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
         if attrs.get("math") == "preserving" and not attrs.get("baseline"):
             note = ("same math " + note).strip()
         sanity = attrs.get("loss_sanity") or {}
-        change, limit = change_and_limit(sanity.get("change") or 0.0, sanity.get("tolerance") or 0.0)
-        if sanity.get("ok") is False and attrs.get("feasible") is not None:
-            # a run judged at full budget: its monitored metric decided, the training-loss check only informs
-            note = (
-                f"{note} training loss {change} vs the baseline's at {sanity['samples']} samples (sanity limit "
-                f"{limit}; a full-budget run is judged on {attrs.get('loss_source') or 'its --monitor'})"
-            ).strip()
-        elif sanity.get("ok") is False:
-            note = f"{note} loss sanity failed: {change} against the baseline's at {sanity['samples']} samples (limit {limit})".strip()
+        if sanity.get("ok") is False:
+            change, limit = change_and_limit(sanity["change"], sanity["tolerance"])
+            if attrs.get("feasible") is not None:
+                # a run judged at full budget: its monitored metric decided, the training-loss check only informs
+                note = (
+                    f"{note} training loss {change} vs the baseline's at {sanity['samples']} samples (sanity limit "
+                    f"{limit}; a full-budget run is judged on {attrs.get('loss_source') or 'its --monitor'})"
+                ).strip()
+            else:
+                note = f"{note} loss sanity failed: {change} against the baseline's at {sanity['samples']} samples (limit {limit})".strip()
         if attrs.get("feasible") is False and t.state.name == "COMPLETE" and study is not None:
             study_attrs = study.user_attrs if study_attrs is None else study_attrs
             note = (f"{note} {_loss_change(attrs, study_attrs)}").strip()

@@ -93,7 +93,7 @@ def confirmation_lines(confirmed: Any, objective: str) -> list[str]:
         else:
             how = "stopped before a decision (the confirmation budget was spent, or the run was stopped)"
         longer = f" ({race.samples:,} samples per run)" if race.samples != confirmed.samples else ""
-        lines.append(race_line(race.candidate, v, objective, versus, longer, how, behind=not v.decided and behind_on_loss(race)))
+        lines.append(race_line(race.candidate, v, objective, versus, longer, how, behind=behind_on_loss(race)))
     if confirmed.unraced and confirmed.races:  # (with no race at all, the outcome line says why already)
         names = ", ".join(f"trial {n}'s" for n in confirmed.unraced)
         lines.append(
@@ -117,14 +117,14 @@ def race_line(candidate: int, verdict: Any, objective: str, versus: str, longer:
         versus: What it raced (``"the baseline"``, ``"trial 3's config"``).
         longer: ``" (N samples per run)"`` when its runs were not the confirmation's length, else ``""``.
         how: The outcome and its reason (``"win: better in 2 of 2 pairs, ..."``).
-        behind: An undecided race whose candidate was slower to the baseline's training loss in its pairs.
+        behind: The race's candidate was slower to the baseline's training loss in its pairs (read while undecided).
     """
     if not verdict.pairs:
         return f"race: trial {candidate}'s config vs {versus}{longer}: {how}"
     figure = ratio_text(verdict.ratio, verdict.low, verdict.high, verdict.pairs, objective, versus)
     if verdict.decided and verdict.outcome == "loss":
         return f"race: trial {candidate}'s config{longer}: {how}; on {objective} alone it was {figure}"
-    if behind:
+    if behind and not verdict.decided:
         return f"race: trial {candidate}'s config{longer}: {how}, slower to the baseline's training loss in its pair(s); on {objective} alone it was {figure}"
     return f"race: trial {candidate}'s config, {figure}{longer}: {how}"
 

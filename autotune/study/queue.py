@@ -133,8 +133,7 @@ def drain_queue(
     own_pools = pools is None
     ctx = _context(settings, ui, jobs, cold, leader, pruner, pools)
     log_dir = ctx.log_dir
-    worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None, follow_runs)
-    worker.pairs = stage == "confirm"
+    worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None, follow_runs, stage == "confirm")
     try:
         ctx.pools.start_all(ctx.slots)
         _run_workers(ctx, worker.work)
@@ -226,11 +225,18 @@ class _Worker:
     """One thread's loop over the queue: claim a trial, run it, repeat until the queue is empty."""
 
     def __init__(
-        self, study, settings: StudySettings, ctx: _RunContext, budget: _Budget, deadline: float | None, follow_runs: bool = False
+        self,
+        study,
+        settings: StudySettings,
+        ctx: _RunContext,
+        budget: _Budget,
+        deadline: float | None,
+        follow_runs: bool = False,
+        pairs: bool = False,
     ):
         self.study, self.settings, self.ctx, self.budget, self.deadline = study, settings, ctx, budget, deadline
         self.follow_runs = follow_runs
-        self.pairs = False  # whether this process takes paired confirmation runs (its own confirmation's)
+        self.pairs = pairs  # whether this process takes paired confirmation runs (its own confirmation's)
         self.resolved = settings.space
         self.baseline_config = TrialConfig.from_dict(settings.baseline_config)
         self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)

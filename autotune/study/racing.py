@@ -372,7 +372,7 @@ def race_candidates(
             v = race.verdict
             longer = f" ({'up to ' if is_longer(candidate) else ''}{length:,} samples per run)" if length != samples else ""
             how = f"{v.outcome if v.decided else 'stopped'}: {v.reason or 'budget spent'}"
-            ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how, behind=not v.decided and behind_on_loss(race)))
+            ui.info(race_line(candidate.number, v, settings.objective, versus, longer, how, behind=behind_on_loss(race)))
             if v.outcome == "win":
                 incumbent = candidate
             if race.stopped:
