@@ -356,6 +356,7 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
                 "pin_memory": bool(loader.pin_memory),
                 "prefetch_factor": loader.prefetch_factor,
                 "persistent_workers": bool(loader.persistent_workers),
+                "tensor_dataset_per_sample": _indexes_tensors_one_by_one(loader),
             }
             if isinstance(loader, torch.utils.data.DataLoader)
             else None
@@ -363,6 +364,19 @@ def _model_info(model_cls: Any, data_cls: Any, model: Any, user_config: Mapping[
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "automatic_optimization": bool(getattr(model, "automatic_optimization", True)),
     }
+
+
+def _indexes_tensors_one_by_one(loader: Any) -> bool:
+    """Whether ``loader`` batches an in-memory ``TensorDataset`` (or a ``Subset`` of one, as
+    ``random_split`` gives) by indexing it one sample at a time and stacking the samples: automatic
+    batching over a dataset with no ``__getitems__``. Such a loader's data wait is its own per-sample
+    indexing and collation, which one fancy-indexing per batch replaces."""
+    from torch.utils.data import Subset, TensorDataset
+
+    dataset = loader.dataset
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, TensorDataset) and loader.batch_size is not None and not hasattr(type(dataset), "__getitems__")
 
 
 def _canonical_precision(value: Any) -> str:

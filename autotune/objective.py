@@ -440,7 +440,9 @@ def input_bound_advice(
         space: The resolved space (to tell whether a knob sits at the top of its range).
         accelerator: ``"gpu"`` or ``"cpu"`` (``pin_memory`` only helps host-to-GPU copies).
         loader: The user's train DataLoader settings found by inspection (``pin_memory``,
-            ``prefetch_factor``, ``persistent_workers``), or ``None`` when unknown; the config's own
+            ``prefetch_factor``, ``persistent_workers``, and ``tensor_dataset_per_sample``: it
+            batches an in-memory ``TensorDataset`` one sample at a time, whose cure is a batch
+            sampler, not pre-processed tensors), or ``None`` when unknown; the config's own
             values take precedence.
         other_workers: Each ``num_workers`` other than the config's that the study measured, to the
             best samples/s (global, > 0) measured with it; ``None`` or empty when none was measured.
@@ -511,7 +513,13 @@ def input_bound_advice(
     # one decimal when the whole percent would read as the threshold itself ("10% ... (over 10%)" for 0.1028)
     share = f"{data_wait_fraction:.0%}" if f"{data_wait_fraction:.0%}" != f"{INPUT_BOUND_FRACTION:.0%}" else f"{data_wait_fraction:.1%}"
     head = f"input-bound: {share} of each step waits for data (over {INPUT_BOUND_FRACTION:.0%})"
-    cheaper = "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
+    cheaper = (
+        "index whole batches of the in-memory TensorDataset at once instead of one sample at a time "
+        "(DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), batch_size=None): "
+        "the same batches in the same order, without the per-sample indexing and stacking)"
+        if loader.get("tensor_dataset_per_sample")
+        else "make the data pipeline cheaper (pre-processed tensors, less work per sample)"
+    )
     if not knobs:
         rest = (
             "no other DataLoader setting is left to try"

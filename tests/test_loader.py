@@ -244,6 +244,8 @@ def test_inspection_reads_the_loader_s_own_batch_size_or_says_what_it_found(tmp_
     report = inspect_model({"model_file": str(tmp_path / "sampled.py")})  # a plain BatchSampler: rebuilt with the batch size
     assert {k: t["how"] for k, t in report["targets"].items()} == {"batch_size": "loader", "num_workers": "loader"}
     assert report["baseline"]["batch_size"] == 5 and report["model_info"]["unreachable"] == {}
+    # its dataset is a TensorDataset, but the batch sampler hands it lists of indices: no per-sample indexing to cure
+    assert report["model_info"]["loader"]["tensor_dataset_per_sample"] is False
 
     (tmp_path / "no_loader.py").write_text(_NO_LOADER)
     with pytest.raises(UsageError, match=r"cannot set or read the batch size: no training DataLoader found: NoLoader defines no train_dataloader\(\)"):
@@ -385,3 +387,33 @@ def test_invalid_yaml_names_its_line_and_a_missing_space_after_a_colon(tmp_path,
     message = str(e.value)
     assert message.startswith(f"{cfg}:") and "not valid YAML" in message and message.endswith(hint or ")")
     assert len(message.splitlines()) == 1
+
+
+def test_a_loader_indexing_a_tensor_dataset_one_sample_at_a_time_is_told_apart():
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Subset, TensorDataset, random_split
+
+    from autotune.inspection import _indexes_tensors_one_by_one
+
+    data = TensorDataset(torch.zeros(40, 4), torch.zeros(40))
+    train, _ = random_split(data, [30, 10])
+    assert _indexes_tensors_one_by_one(DataLoader(data, batch_size=8, shuffle=True))
+    assert _indexes_tensors_one_by_one(DataLoader(Subset(train, range(20)), batch_size=8))  # Subset of a Subset of one
+    # whole batches in one indexing: the sampler yields index lists and automatic batching is off
+    assert not _indexes_tensors_one_by_one(DataLoader(data, sampler=BatchSampler(RandomSampler(data), 8, False), batch_size=None))
+
+    class Batched(TensorDataset):
+        def __getitems__(self, indices):
+            return [tuple(t[i] for t in self.tensors) for i in indices]
+
+    assert not _indexes_tensors_one_by_one(DataLoader(Batched(torch.zeros(40, 4)), batch_size=8))
+    assert not _indexes_tensors_one_by_one(DataLoader(list(range(40)), batch_size=8))  # not in-memory tensors
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # pytest's own argv, in this process
+def test_inspection_reads_a_tensor_dataset_indexed_per_sample_in_the_zoo_s_tabular_model():
+    from autotune.inspection import inspect_model
+
+    model = Path(__file__).resolve().parent.parent / "benchmarks" / "zoo" / "tabular_mlp.py"
+    report = inspect_model({"model_file": str(model)})
+    assert report["model_info"]["loader"]["tensor_dataset_per_sample"] is True

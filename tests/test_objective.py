@@ -201,6 +201,17 @@ def test_input_bound_advice_names_the_knobs_to_widen():
     assert input_bound_advice(0.1028, {"num_workers": 0}, {}, "cpu").startswith("input-bound: 10.3% of each step waits for data (over 10%)")
 
 
+def test_input_bound_advice_on_a_tensor_dataset_indexed_per_sample_names_the_batch_sampler():
+    from autotune.objective import input_bound_advice
+
+    space = {"num_workers": {"choices": [0, 2]}}
+    per_sample = input_bound_advice(0.2, {"num_workers": 2}, space, "cpu", {"tensor_dataset_per_sample": True})
+    assert "sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), batch_size=None" in per_sample
+    assert "pre-processed tensors" not in per_sample and "num_workers is already 2" in per_sample
+    other = input_bound_advice(0.2, {"num_workers": 2}, space, "cpu", {"tensor_dataset_per_sample": False})
+    assert "BatchSampler" not in other and other.endswith("make the data pipeline cheaper (pre-processed tensors, less work per sample)")
+
+
 def test_input_bound_advice_never_suggests_what_the_config_already_has():
     from autotune.objective import input_bound_advice
 
