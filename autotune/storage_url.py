@@ -292,15 +292,16 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
 
 def _near(path: Path) -> str:
     """``"did you mean 'studies/proj.db'? "`` for the closest name of a file with the same suffix in the same
-    folder (:func:`difflib.get_close_matches`), else ``""``."""
+    folder (:func:`difflib.get_close_matches` over the names without the suffix, which every candidate
+    shares: with it, ``demo.db`` read as half like ``digits.db``), else ``""``."""
     import difflib
 
     try:
-        names = [p.name for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
+        stems = [p.stem for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
     except OSError:
         return ""
-    close = difflib.get_close_matches(path.name, names, n=1)
-    return f"did you mean {str(path.parent / close[0])!r}? " if close else ""
+    close = difflib.get_close_matches(path.stem, stems, n=1)
+    return f"did you mean {str(path.parent / (close[0] + path.suffix))!r}? " if close else ""
 
 
 def _check_file(url: str, path: Path | None, noun: str, create: bool) -> None:

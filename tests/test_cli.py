@@ -68,3 +68,7 @@ def test_a_mistyped_study_name_gets_the_closest_database_in_its_folder(tmp_path,
                                               "'studies/proj.db'? check the path, or run `autotune search` first\n"), r.stderr
     r = cli("show", "zzzzzz")
     assert r.returncode == 2 and "did you mean" not in r.stderr
+    # names alike only in their shared suffix are not offered ('lm.db' read as 60% like 'ae.db')
+    (tmp_path / "studies" / "ae.db").write_bytes(b"")
+    r = cli("show", "lm")
+    assert r.returncode == 2 and "did you mean" not in r.stderr, r.stderr
