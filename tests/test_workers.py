@@ -49,6 +49,20 @@ def _spawn(args, cwd, env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _communicate(proc, timeout):
+    """``proc.communicate(timeout)``; a process still running at the timeout is asked for every
+    thread's stack (``kill -USR1``: autotune's faulthandler, docs/troubleshooting.md), then killed,
+    and the test fails with the stacks (CI once saw a search hang after a database outage)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        _out, err = proc.communicate()
+        pytest.fail(f"the process did not end within {timeout} s; its stderr's end, with every thread's stack:\n{err[-12000:]}")
+
+
 def _wait_for_study(url, name, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -66,7 +80,7 @@ def test_three_processes_share_a_budget_of_12_on_a_fresh_database(tmp_path, fres
     workers = [_spawn(["worker", "--storage", fresh_database, "--study-name", "shared"], tmp_path) for _ in range(2)]
     search = _spawn(["search", MODELS / "tiny.py", "--trials", 12, "--samples", 512, "--storage", fresh_database, "--study-name", "shared",
                      "--out", tmp_path / "shared.yaml"], tmp_path)
-    outputs = [p.communicate(timeout=600) for p in [search, *workers]]
+    outputs = [_communicate(p, 600) for p in [search, *workers]]
     for proc, (_out, err) in zip([search, *workers], outputs):
         assert proc.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="shared", storage=fresh_database)
@@ -110,7 +124,7 @@ def test_a_worker_without_storage_takes_the_study_s_default_sqlite_file_as_searc
 def test_opening_a_fresh_database_from_many_processes_at_once(fresh_database):
     code = "from autotune.study import open_storage; open_storage(__import__('sys').argv[1]); print('ok')"
     procs = [subprocess.Popen([sys.executable, "-c", code, fresh_database], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    results = [p.communicate(timeout=120) for p in procs]
+    results = [_communicate(p, 120) for p in procs]
     assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, results)), [err[-500:] for _, err in results]
 
 
@@ -129,7 +143,7 @@ def test_a_killed_worker_s_trial_goes_stale_and_is_retried(tmp_path, fresh_datab
     search.communicate(timeout=30)
     worker = _spawn(["worker", "--storage", fresh_database, "--study-name", "stale"], tmp_path,
                     {"AUTOTUNE_HEARTBEAT_INTERVAL": "1", "AUTOTUNE_HEARTBEAT_GRACE": "4"})
-    _out, err = worker.communicate(timeout=300)
+    _out, err = _communicate(worker, 300)
     assert worker.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="stale", storage=fresh_database)
     states = {t.number: t.state.name for t in study.trials}
@@ -159,7 +173,7 @@ def test_a_password_in_the_storage_url_never_appears(tmp_path, fresh_database):
     url = fresh_database.replace("root@", f"root:{secret}@")  # trust auth: the password is accepted and ignored
     out = tmp_path / "best.yaml"
     search = _spawn(["search", MODELS / "tiny.py", "--trials", 2, "--samples", 256, "--storage", url, "--study-name", "masked", "--out", out], tmp_path)
-    stdout, stderr = search.communicate(timeout=300)
+    stdout, stderr = _communicate(search, 300)
     assert search.returncode == 0, stderr[-2000:]
     show = _spawn(["show", "masked", "--storage", url, "--format", "json"], tmp_path)
     show_out, show_err = show.communicate(timeout=120)
@@ -216,7 +230,7 @@ def test_four_local_workers_and_a_polling_dashboard_on_one_sqlite_file(tmp_path)
         dashboard.terminate()
         dashboard.communicate(timeout=30)
     for proc in [search, *workers]:
-        _out, err = proc.communicate(timeout=60)
+        _out, err = _communicate(proc, 60)
         assert proc.returncode == 0, err[-3000:]
         assert "database is locked" not in err
     trials = optuna.load_study(study_name="local", storage=url).trials
@@ -283,7 +297,7 @@ def test_two_node_trials_run_on_a_search_and_a_node_rank_1_worker(tmp_path):
                      "--study-name", "nodes", "--out", out], tmp_path, env)
     _wait_for_study(url, "nodes")
     follower = _spawn(["worker", "--storage", url, "--study-name", "nodes", "--node-rank", 1], tmp_path, env)
-    (_s_out, s_err), (f_out, f_err) = search.communicate(timeout=300), follower.communicate(timeout=300)
+    (_s_out, s_err), (f_out, f_err) = _communicate(search, 300), _communicate(follower, 300)
     assert search.returncode == 0, s_err[-3000:]
     assert follower.returncode == 0, f_err[-3000:]
     trials = optuna.load_study(study_name="nodes", storage=url).trials
@@ -300,7 +314,7 @@ def test_a_node_that_never_joins_fails_the_trial_with_a_reason_naming_it(tmp_pat
     url = f"sqlite:///{tmp_path / 'alone.db'}"
     search = _spawn(["search", MODELS / "tiny.py", "--num-nodes", 2, "--trials", 1, "--samples", 256, "--storage", url,
                      "--study-name", "alone", "--trial-timeout", 10], tmp_path, {"MASTER_ADDR": "127.0.0.1"})
-    _out, err = search.communicate(timeout=300)
+    _out, err = _communicate(search, 300)
     assert search.returncode == 1, err[-2000:]
     trial = optuna.load_study(study_name="alone", storage=url).trials[0]
     assert trial.state.name == "FAIL" and trial.user_attrs["fail_kind"] == "timeout"
@@ -331,7 +345,7 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
         cut = threading.Thread(target=proxy.outage, args=(outage,), daemon=True)
         start = time.monotonic()
         cut.start()
-        _out, err = search.communicate(timeout=300)
+        _out, err = _communicate(search, 300)
         took = time.monotonic() - start
     finally:
         proxy.close()  # ends an outage the search gave up on at once
@@ -355,7 +369,7 @@ def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_basel
     args = ["search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--storage", fresh_database, "--study-name", "twin"]
     procs = [_spawn([*args, "--out", tmp_path / f"twin{i}.yaml"], tmp_path) for i in range(2)]
     for proc in procs:
-        _out, err = proc.communicate(timeout=400)
+        _out, err = _communicate(proc, 400)
         assert proc.returncode == 0, err[-3000:]
     trials = optuna.load_study(study_name="twin", storage=fresh_database).trials
     assert all(t.state.name == "COMPLETE" for t in trials), [t.state.name for t in trials]
@@ -396,7 +410,7 @@ def test_a_late_result_for_a_trial_failed_as_stale_is_logged_not_fatal(tmp_path)
             time.sleep(0.5)
     finally:
         worker.send_signal(signal.SIGCONT)
-    (w_out, w_err), (_s_out, s_err) = worker.communicate(timeout=300), search.communicate(timeout=300)
+    (w_out, w_err), (_s_out, s_err) = _communicate(worker, 300), _communicate(search, 300)
     assert worker.returncode == 0 and search.returncode == 0, w_err[-2000:] + s_err[-2000:]
     assert f"trial {mine} finished after another worker marked it failed (stale)" in w_out + w_err
     trials = optuna.load_study(study_name="late", storage=url).trials
@@ -429,7 +443,7 @@ def test_one_search_and_three_workers_in_the_staged_search_each_run_trials_until
             if i not in ended and proc.poll() is not None:
                 ended[i] = datetime.datetime.now()
         time.sleep(0.2)
-    outputs = [p.communicate(timeout=60) for p in [search, *workers]]
+    outputs = [_communicate(p, 60) for p in [search, *workers]]
     for proc, (_out, err) in zip([search, *workers], outputs):
         assert proc.returncode == 0, err[-3000:]
     study = optuna.load_study(study_name="staged", storage=fresh_database)
