@@ -18,7 +18,9 @@ schema, heartbeats: all Optuna's) whose calls retry on *connection* errors (SQLA
 ``StorageInternalError``) with capped exponential back-off, for up to ``retry_seconds`` in all, and
 print one line when the database goes away and one when it is back. Any other error (bad data, an
 integrity error, a finished trial) is raised at once. SQLAlchemy's ``pool_pre_ping`` (Optuna's
-default) replaces the dead connections when the server returns.
+default) replaces the dead connections when the server returns. On PostgreSQL, libpq's connect
+timeout, TCP keepalives and ``tcp_user_timeout`` (:data:`autotune.storage_url.LIBPQ_TIMEOUTS`) make a server that went
+silent (a partition that drops packets) a connection error too, within about a minute.
 
 Caveat: a call whose commit reached the database but whose answer was lost is sent again. Every
 call autotune retries is idempotent (attributes, heartbeats, reads) or fails harmlessly the second
@@ -48,6 +50,7 @@ from autotune.errors import StorageError, StorageUnreachableError
 
 # the URL checks live in autotune.storage_url; they are named here too, where every caller imports them from
 from autotune.storage_url import (
+    _libpq_timeouts,
     _sqlite_path,
     check_storage_url,
     check_writable,
@@ -486,6 +489,8 @@ def _open_rdb(url: str, heartbeat: bool):
         # SQLite waits a lock out inside each call: never longer than the retry window, so that a lock
         # held past $AUTOTUNE_STORAGE_RETRY stops the process at the limit as an outage does
         engine_kwargs = {"connect_args": {"timeout": max(1.0, min(SQLITE_LOCK_TIMEOUT, _retry_seconds()))}}
+    elif libpq_args := _libpq_timeouts(url):
+        engine_kwargs["connect_args"] = libpq_args
     import warnings
 
     masked = mask_url(url)

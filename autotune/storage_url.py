@@ -22,6 +22,7 @@ from pathlib import Path
 from autotune.errors import StorageError, StudyNotFoundError
 
 __all__ = [
+    "LIBPQ_TIMEOUTS",
     "check_storage_url",
     "check_writable",
     "grpc_address",
@@ -338,3 +339,33 @@ def _unknown_scheme(backend: str, driver: str) -> str:
     close = difflib.get_close_matches(backend, known, n=1)
     hint = f"did you mean {close[0]}://?" if close else f"use one of {[f'{k}://' for k in known]}"
     return f"SQLAlchemy has no URL scheme {backend!r}; {hint}"
+
+
+#: libpq connection parameters that turn a PostgreSQL server gone silent (a network partition drops
+#: packets without a reset) into a connection error, which :class:`ResilientRDBStorage` retries, instead
+#: of a call that waits forever: a connect attempt gives up after 10 s; an idle connection is probed
+#: after 30 s and declared dead after 3 probes 10 s apart; data unacknowledged for 60 s closes the
+#: connection (``tcp_user_timeout``, libpq 12+). Values in the URL's query string take precedence.
+#: Source: the PostgreSQL manual, "Parameter Key Words" (libpq connection strings).
+LIBPQ_TIMEOUTS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60000,
+}
+
+
+def _libpq_timeouts(url: str) -> dict[str, int]:
+    """:data:`LIBPQ_TIMEOUTS` less those the URL sets, for a PostgreSQL URL whose driver is built on libpq
+    (``psycopg``, ``psycopg2``: SQLAlchemy's default); ``{}`` for any other URL."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # a bad URL is reported where the storage is opened
+        return {}
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in ("psycopg", "psycopg2"):
+        return {}
+    return {k: v for k, v in LIBPQ_TIMEOUTS.items() if k not in parsed.query}

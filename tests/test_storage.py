@@ -10,6 +10,7 @@ import sqlalchemy.exc
 
 from autotune.errors import StorageUnreachableError
 from autotune.storage import ResilientRDBStorage, is_transient, open_storage
+from autotune.storage_url import LIBPQ_TIMEOUTS
 
 
 def _lost_connection():
@@ -319,3 +320,20 @@ def test_the_bookkeeping_after_ctrl_c_gives_up_on_a_locked_database_instead_of_h
     number = fresh.ask().number
     assert after_interrupt(lambda: (_fail_interrupted(fresh, number), "stored")[1], "resume") == "stored"
     assert fresh.trials[number].state.name == "FAIL" and fresh.trials[number].user_attrs["fail_kind"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("postgresql+psycopg://u@db:5432/s", LIBPQ_TIMEOUTS),
+        ("postgresql://u@db/s", LIBPQ_TIMEOUTS),  # SQLAlchemy's default driver, psycopg2: libpq too
+        ("postgresql+psycopg://u@db/s?connect_timeout=3", {k: v for k, v in LIBPQ_TIMEOUTS.items() if k != "connect_timeout"}),
+        ("postgresql+pg8000://u@db/s", {}),  # not libpq: other parameter names
+        ("mysql+pymysql://u@db/s", {}),
+        ("sqlite:///studies/x.db", {}),
+    ],
+)
+def test_libpq_timeouts_go_to_libpq_drivers_only_and_leave_the_url_s_own(url, expected):
+    from autotune.storage_url import _libpq_timeouts
+
+    assert _libpq_timeouts(url) == expected

@@ -365,6 +365,19 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
 
 
 @requires_postgres
+def test_a_postgresql_connection_carries_libpq_s_timeouts_and_keepalives(fresh_database):
+    """A server gone silent (packets dropped, no reset) fails a call within about a minute, which the
+    storage retries, instead of a call that waits forever."""
+    from autotune.storage import open_storage
+    from autotune.storage_url import LIBPQ_TIMEOUTS
+
+    engine = open_storage(fresh_database)._backend.engine
+    with engine.connect() as conn:
+        parameters = conn.connection.driver_connection.info.get_parameters()
+    assert {k: parameters.get(k) for k in LIBPQ_TIMEOUTS} == {k: str(v) for k, v in LIBPQ_TIMEOUTS.items()}
+
+
+@requires_postgres
 def test_two_searches_starting_one_study_at_once_run_both_budgets_with_one_baseline(tmp_path, fresh_database):
     args = ["search", MODELS / "tiny.py", "--trials", 3, "--samples", 512, "--storage", fresh_database, "--study-name", "twin"]
     procs = [_spawn([*args, "--out", tmp_path / f"twin{i}.yaml"], tmp_path) for i in range(2)]
