@@ -57,6 +57,10 @@ class OutageProxy:
             client.settimeout(None)
             server.settimeout(None)  # an idle database connection stays open
             with self._lock:
+                if not self._up.is_set():  # an outage began while it connected: it is cut with the rest
+                    for s in (client, server):
+                        s.close()
+                    continue
                 self._conns += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -80,16 +84,17 @@ class OutageProxy:
 
     def outage(self, seconds: float) -> None:
         """Close every connection and refuse new ones for ``seconds`` (or until :meth:`close`), then accept again."""
-        self._up.clear()
+        with self._lock:
+            self._up.clear()
         self._listener.close()
         with self._lock:
             conns, self._conns = self._conns, []
         for s in conns:
             try:
-                s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            except OSError:
+                s.shutdown(socket.SHUT_RDWR)  # wakes the pipe thread blocked in recv()
+            except OSError:  # already shut or reset by its peer: closed all the same
                 pass
+            s.close()
         self._ended.wait(seconds)
         if not self._closed:
             self._start_listening()
