@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
-from autotune.loader import FIT_KEYS
+from autotune.loader import CLI_TOP_KEYS, FIT_KEYS, top_key_hint
 
 __all__ = [
     "Built",
@@ -378,8 +378,12 @@ def build(
                 reason = lines[found + 1] if found + 1 < len(lines) and not lines[found + 1].startswith("- ") else ""
                 text = " ".join([lines[0], lines[found].lstrip("- "), reason]).strip()
             text = text if len(text) <= 300 else text[:297] + "..."
+            # a misspelled top-level key (lr_schedulr:) is refused by one of its nested options: name the key
+            strange = [k for k in document if k not in CLI_TOP_KEYS and any(f"'{k}." in line or f"'{k}'" in line for line in lines)]
             raise UsageError(
-                f"LightningCLI refused the config: {text}{_given_and_choices(lines)}; fix --config (or the model's constructor arguments)"
+                f"LightningCLI refused the config: {text}{_given_and_choices(lines)}"
+                f"{f'; {strange[0]!r} is not a top-level key of a LightningCLI config' + top_key_hint(strange[:1]) if strange else ''}"
+                "; fix --config (or the model's constructor arguments)"
             ) from None
         raise
     callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]

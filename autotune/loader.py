@@ -13,7 +13,7 @@ import inspect
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +33,19 @@ __all__ = [
 ]
 
 
+def _near_file(path: Path) -> str:
+    """``"; did you mean 'model.py'?"``: the closest name of a ``.py`` file in ``path``'s folder (names
+    compared without the suffix, :func:`difflib.get_close_matches`), else ``""``."""
+    import difflib
+
+    try:
+        stems = [p.stem for p in path.parent.glob("*.py") if p.is_file()] if path.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.stem, stems, n=1)
+    return f"; did you mean {str(path.parent / (close[0] + '.py'))!r}?" if close else ""
+
+
 def check_model_file(path: str | Path) -> Path:
     """Check, without importing anything, that ``path`` is an existing Python file that compiles.
 
@@ -44,7 +57,7 @@ def check_model_file(path: str | Path) -> Path:
     """
     path = Path(path)
     if not path.exists():
-        raise ModelFileError(f"model file {str(path)!r} does not exist")
+        raise ModelFileError(f"model file {str(path)!r} does not exist{_near_file(path)}")
     if path.is_dir() or path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); point autotune at your model.py")
     source = path.read_text(encoding="utf-8", errors="replace")
@@ -226,6 +239,19 @@ FIT_KEYS = ("ckpt_path", "weights_only")
 
 #: Top-level keys of a LightningCLI config besides the three sections autotune reads.
 CLI_EXTRA_KEYS = ("seed_everything", *FIT_KEYS, "optimizer", "lr_scheduler")
+#: The top-level keys of a LightningCLI config (a user's CLI may add its own).
+CLI_TOP_KEYS = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
+
+
+def top_key_hint(keys: Sequence[str]) -> str:
+    """``" (did you mean 'lr_scheduler'?)"`` (one key) or ``" (did you mean 'lr_scheduler' for 'lr_schedulr', ...)"``: the closest LightningCLI top-level key
+    (:data:`CLI_TOP_KEYS`, :func:`difflib.get_close_matches`) to each of ``keys`` that has one, or ``""``."""
+    import difflib
+
+    hints = [(key, close[0]) for key in keys if (close := difflib.get_close_matches(str(key), CLI_TOP_KEYS, n=1))]
+    if len(keys) == 1 and hints:
+        return f" (did you mean {hints[0][1]!r}?)"
+    return f" (did you mean {', '.join(f'{near!r} for {key!r}' for key, near in hints)}?)" if hints else ""
 
 
 def _no_space_after_colon(text: str, error_line: int | None) -> str:
@@ -278,10 +304,10 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
         raise UsageError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__}){hint}") from None
     if not isinstance(data, Mapping):
         raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
-    allowed = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
+    allowed = CLI_TOP_KEYS
     unknown = sorted(set(data) - set(allowed))
     if unknown and strict:
-        raise UsageError(f"{path}: unknown top-level key(s) {unknown}; a LightningCLI config has {list(allowed)}")
+        raise UsageError(f"{path}: unknown top-level key(s) {unknown}{top_key_hint(unknown)}; a LightningCLI config has {list(allowed)}")
     out = dict(empty)
     for section in ("trainer", "model", "data"):
         value = data.get(section) or {}

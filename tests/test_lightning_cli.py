@@ -83,6 +83,24 @@ def test_a_bad_cli_script_exits_2_with_one_line_before_any_trial(tmp_path, cli):
     assert r.returncode == 2 and "'model.py' neither subclasses LightningCLI nor calls LightningCLI(...)" in r.stderr, r.stderr
 
 
+def test_a_misspelled_top_level_key_is_named_with_the_key_it_was_meant_to_be(tmp_path, cli):
+    """A user's own CLI may add top-level keys, so its config is handed to it unchecked; LightningCLI then
+    refuses one of the key's nested options (a new user's 'lr_schedulr.init_args.monitor'): the line
+    names the key and what it was meant to be."""
+    bad = "lr_schedulr:\n  class_path: torch.optim.lr_scheduler.StepLR\n  init_args:\n    step_size: 1\n"
+    linked = _project(tmp_path, "cli_linked")
+    (linked / "bad.yaml").write_text(bad)
+    r = cli("search", "model.py", "--config", "bad.yaml", "--trials", 1, "--samples", 256, cwd=linked)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert ("'lr_schedulr' is not a top-level key of a LightningCLI config (did you mean 'lr_scheduler'?); fix --config"
+            in r.stderr), r.stderr
+    # a model file with no CLI script: its config's top-level keys are checked before the inspection
+    (tmp_path / "bad.yaml").write_text(bad.replace("lr_schedulr", "optimzer"))
+    r = cli("search", MODELS / "tiny.py", "--config", "bad.yaml", "--trials", 1, cwd=tmp_path)
+    assert r.returncode == 2 and "unknown top-level key(s) ['optimzer'] (did you mean 'optimizer'?)" in r.stderr, r.stderr
+    assert "inspecting" not in r.stdout
+
+
 def test_set_dotted_writes_where_lightning_cli_reads():
     doc = {"model": {"class_path": "m.Net", "init_args": {"depth": 2}}, "data": {"batch_size": 8}, "optimizer": {"class_path": "torch.optim.Adam"}}
     set_dotted(doc, "model.depth", 3)

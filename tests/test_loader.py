@@ -13,6 +13,11 @@ from autotune.loader import check_model_file, find_classes, load_user_module, re
 def test_check_model_file_errors(tmp_path):
     with pytest.raises(ModelFileError, match="does not exist"):
         check_model_file(tmp_path / "missing.py")
+    (tmp_path / "model.py").write_text("x = 1")
+    with pytest.raises(ModelFileError, match=rf"model file '{tmp_path}/modle.py' does not exist; did you mean '{tmp_path}/model.py'\?$"):
+        check_model_file(tmp_path / "modle.py")
+    with pytest.raises(ModelFileError, match=r"'.*/train.py' does not exist$"):  # nothing alike: no guess
+        check_model_file(tmp_path / "train.py")
     (tmp_path / "model.txt").write_text("x = 1")
     with pytest.raises(ModelFileError, match=r"is not a Python file \(.py\)"):
         check_model_file(tmp_path / "model.txt")
