@@ -346,6 +346,7 @@ def test_the_config_lightning_cli_saves_for_a_fit_run_is_accepted_as_is(tmp_path
     user = read_user_config(saved)
     assert "ckpt_path" in user["extra"]  # kept for the export, which `train.py fit` reads
     monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "model", raising=False)  # another test's model.py, imported in this process
     from model import Blobs, Classifier
 
     built = build(LightningCLI, Classifier, Blobs, user["document"], {"data.batch_size": 16}, 0, tmp_path)
