@@ -305,6 +305,7 @@ def build(
     overrides: Mapping[str, Any],
     seed: int,
     work_dir: str | Path,
+    config_file: str | None = None,
 ) -> Built:
     """Parse the user's config with the trial's overrides and instantiate model and datamodule.
 
@@ -316,6 +317,7 @@ def build(
         overrides: Dotted path to value (the trial's knobs).
         seed: ``seed_everything`` of the trial (the study's seed).
         work_dir: A folder for the config file handed to the parser.
+        config_file: The path of ``--config``, named in a refusal's message; ``None``: not named.
 
     Raises:
         ModelFileError: The user's code raised while the objects were built (a constructor of the
@@ -383,7 +385,7 @@ def build(
             raise UsageError(
                 f"LightningCLI refused the config: {text}{_given_and_choices(lines)}"
                 f"{f'; {strange[0]!r} is not a top-level key of a LightningCLI config' + top_key_hint(strange[:1]) if strange else ''}"
-                "; fix --config (or the model's constructor arguments)"
+                f"; fix --config{' ' + str(config_file) if config_file else ''} (or the model's constructor arguments)"
             ) from None
         raise
     callbacks = [c for c in (cli.autotune_trainer.pop("callbacks", None) or []) if c is not None]
@@ -442,4 +444,6 @@ def build_spec(
     from autotune.loader import lightning_package
 
     cli_class = load_cli_class(cli, lightning_package(model_cls))
-    return build(cli_class, model_cls, data_cls, user_config.get("document"), overrides, int(spec.get("seed", 0)), work_dir)
+    return build(
+        cli_class, model_cls, data_cls, user_config.get("document"), overrides, int(spec.get("seed", 0)), work_dir, spec.get("config_file")
+    )

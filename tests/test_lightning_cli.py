@@ -92,8 +92,8 @@ def test_a_misspelled_top_level_key_is_named_with_the_key_it_was_meant_to_be(tmp
     (linked / "bad.yaml").write_text(bad)
     r = cli("search", "model.py", "--config", "bad.yaml", "--trials", 1, "--samples", 256, cwd=linked)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert ("'lr_schedulr' is not a top-level key of a LightningCLI config (did you mean 'lr_scheduler'?); fix --config"
-            in r.stderr), r.stderr
+    assert ("'lr_schedulr' is not a top-level key of a LightningCLI config (did you mean 'lr_scheduler'?); "
+            f"fix --config {linked / 'bad.yaml'} (or the model's constructor arguments)" in r.stderr), r.stderr
     # a model file with no CLI script: its config's top-level keys are checked before the inspection
     (tmp_path / "bad.yaml").write_text(bad.replace("lr_schedulr", "optimzer"))
     r = cli("search", MODELS / "tiny.py", "--config", "bad.yaml", "--trials", 1, cwd=tmp_path)
