@@ -76,11 +76,15 @@ class OutageProxy:
         except OSError:
             pass
         finally:
+            # shut both down before closing: a close() alone neither wakes the other direction's thread,
+            # blocked in recv() on the socket, nor (with that recv holding the socket) sends the FIN, so
+            # a connection its client closed stayed open to the server, its transaction's locks held
             for s in (src, dst):
                 try:
-                    s.close()
+                    s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+                s.close()
 
     def outage(self, seconds: float) -> None:
         """Close every connection and refuse new ones for ``seconds`` (or until :meth:`close`), then accept again."""

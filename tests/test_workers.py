@@ -49,18 +49,36 @@ def _spawn(args, cwd, env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _communicate(proc, timeout):
+def _communicate(proc, timeout, database=None):
     """``proc.communicate(timeout)``; a process still running at the timeout is asked for every
     thread's stack (``kill -USR1``: autotune's faulthandler, docs/troubleshooting.md), then killed,
-    and the test fails with the stacks (CI once saw a search hang after a database outage)."""
+    and the test fails with the stacks and, given a PostgreSQL ``database`` URL, what its server
+    sessions were doing (CI once saw a search hang after a database outage)."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        sessions = _sessions(database) if database else ""
         proc.send_signal(signal.SIGUSR1)
         time.sleep(3)
         proc.kill()
         _out, err = proc.communicate()
-        pytest.fail(f"the process did not end within {timeout} s; its stderr's end, with every thread's stack:\n{err[-12000:]}")
+        pytest.fail(f"the process did not end within {timeout} s;{sessions} its stderr's end, with every thread's stack:\n{err[-12000:]}")
+
+
+def _sessions(url):
+    """`` server sessions: [...];``: each session of ``url``'s database (its state, what it waits for,
+    its last query's start), or why they could not be read."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[-1]
+    try:
+        with psycopg.connect(ADMIN, connect_timeout=3) as conn:
+            rows = conn.execute(
+                "SELECT pid, state, wait_event_type, wait_event, left(query, 80) FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchall()
+        return f" server sessions: {rows};"
+    except Exception as e:
+        return f" server sessions not read ({e});"
 
 
 def _wait_for_study(url, name, timeout=120):
@@ -345,7 +363,7 @@ def test_a_database_outage_mid_search_loses_nothing(tmp_path, fresh_database, re
         cut = threading.Thread(target=proxy.outage, args=(outage,), daemon=True)
         start = time.monotonic()
         cut.start()
-        _out, err = _communicate(search, 300)
+        _out, err = _communicate(search, 300, fresh_database)
         took = time.monotonic() - start
     finally:
         proxy.close()  # ends an outage the search gave up on at once
