@@ -100,6 +100,25 @@ def test_enqueued_configs_outside_the_space_are_one_line_errors(doc, message):
         params_of(config_from_lightning_cli(doc, targets, baseline, source="seed.yaml"), resolved, baseline, source="seed.yaml")
 
 
+def test_an_early_stopping_of_the_users_is_named_only_for_a_recommendation_of_other_math():
+    from types import SimpleNamespace
+
+    from autotune.export import early_stopping_line
+    from autotune.study.publish import _early_stopping
+
+    stopping = {"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"monitor": "val_loss"}}
+    line = early_stopping_line([stopping, "lightning.pytorch.callbacks.ModelCheckpoint"], changes_math=True)
+    assert line.startswith("early stopping: your EarlyStopping decides when training ends, and this config changes the training math")
+    assert early_stopping_line(stopping, changes_math=True) == line  # one entry, not a list
+    assert early_stopping_line([stopping], changes_math=False) is None  # the same math stops where the baseline would
+    assert early_stopping_line(["lightning.pytorch.callbacks.ModelCheckpoint"], changes_math=True) is None
+    assert early_stopping_line(None, changes_math=True) is None
+    settings = SimpleNamespace(baseline_config=TrialConfig(batch_size=32, lr=0.1).to_dict())
+    user = {"trainer": {"callbacks": [stopping]}}
+    assert _early_stopping(TrialConfig(batch_size=64, lr=0.1), settings, user) == line  # another effective batch
+    assert _early_stopping(TrialConfig(batch_size=32, lr=0.1, num_workers=2), settings, user) is None
+
+
 def test_the_users_training_length_is_carried_and_a_missing_one_is_said():
     from autotune.export import training_length_line
 

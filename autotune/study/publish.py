@@ -13,6 +13,7 @@ from typing import Any
 from autotune.config import TrialConfig
 from autotune.contention import busy_run_line
 from autotune.export import (
+    early_stopping_line,
     lightning_cli_config,
     one_line,
     render_yaml,
@@ -158,12 +159,21 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         f"versions: {_versions()}",
         *length_lines,
         *schedule_lines,
+        *([stopping] if (stopping := _early_stopping(config, settings, user_config)) else []),
         f"run: {run_hint(settings.cli, out, settings.model_class)}",
         "",
     ]
     check_out_path(out)
     write_private(out, render_yaml(doc, header, notes))
     return out
+
+
+def _early_stopping(config: TrialConfig, settings: StudySettings, user_config: Mapping[str, Any]) -> str | None:
+    """:func:`autotune.export.early_stopping_line` for the recommended ``config``."""
+    from autotune.study.math_class import is_preserving
+
+    preserving = is_preserving(config, TrialConfig.from_dict(settings.baseline_config))
+    return early_stopping_line((user_config.get("trainer") or {}).get("callbacks"), changes_math=not preserving)
 
 
 def _whole_runs(trial, baseline, every) -> tuple[Any, Any]:
