@@ -294,7 +294,7 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
 def _near(path: Path) -> str:
     """``"did you mean 'studies/proj.db'? "`` for the closest name of a file with the same suffix in the same
     folder (:func:`difflib.get_close_matches` over the names without the suffix, which every candidate
-    shares: with it, ``demo.db`` read as half like ``digits.db``), else ``""``."""
+    shares: with it, ``lm.db`` read as 60% like ``ae.db``, enough to be offered), else ``""``."""
     import difflib
 
     try:
