@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
@@ -298,3 +299,17 @@ def did_you_mean(value: str, choices: Any) -> str:
     names = {str(c).lower(): str(c) for c in choices}
     close = difflib.get_close_matches(str(value).lower(), list(names), n=1, cutoff=0.5)
     return f"; did you mean {names[close[0]]!r}?" if close else ""
+
+
+def nearest_file(path: Path) -> Path | None:
+    """The file beside ``path`` (a :class:`pathlib.Path` that does not exist) with the same suffix whose
+    name is closest to its name, the suffix left out of the comparison (every candidate shares it:
+    with it, ``lm.db`` read as 60% like ``ae.db``; :func:`difflib.get_close_matches`), or ``None``."""
+    import difflib
+
+    try:
+        stems = [p.stem for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
+    except OSError:
+        return None
+    close = difflib.get_close_matches(path.stem, stems, n=1)
+    return path.parent / (close[0] + path.suffix) if close else None

@@ -326,15 +326,15 @@ def early_stopping_line(callbacks: Any, changes_math: bool) -> str | None:
     """The export header's line for a recommendation of other training math (effective batch, ``lr``:
     :func:`autotune.study.math_class.is_preserving`) under the user's own ``EarlyStopping``, which the
     trials left out and the export keeps (``callbacks``: the ``--config``'s ``trainer.callbacks``, a
-    list or one entry, as :func:`autotune.trial_trainer.left_out_line` reads it), else ``None``.
+    list or one entry, :func:`autotune.trial_trainer.callback_names`), else ``None``.
 
     The search compared the two configs at equal samples; early stopping ends each run at the first
     epoch its monitored metric stops improving, which for other math is another epoch and another
     loss (a new user's batch 64 at 4.5x the lr, confirmed 2.18x, stopped 3 epochs later than the
     baseline at a 10% higher ``val_loss``, in the same wall time)."""
-    entries = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
-    paths = [e.get("class_path") if isinstance(e, Mapping) else e for e in entries]
-    if not changes_math or not any("EarlyStopping" in str(p).rsplit(".", 1)[-1] for p in paths if isinstance(p, str)):
+    from autotune.trial_trainer import callback_names
+
+    if not changes_math or not any("EarlyStopping" in name for name in callback_names(callbacks)):
         return None
     return (
         "early stopping: your EarlyStopping decides when training ends, and this config changes the training math "

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from autotune.errors import ModelFileError, UsageError
+from autotune.errors import ModelFileError, UsageError, nearest_file
 
 __all__ = [
     "check_model_file",
@@ -31,19 +31,6 @@ __all__ = [
     "read_user_config",
     "user_frame",
 ]
-
-
-def _near_file(path: Path) -> str:
-    """``"; did you mean 'model.py'?"``: the closest name of a ``.py`` file in ``path``'s folder (names
-    compared without the suffix, :func:`difflib.get_close_matches`), else ``""``."""
-    import difflib
-
-    try:
-        stems = [p.stem for p in path.parent.glob("*.py") if p.is_file()] if path.parent.is_dir() else []
-    except OSError:
-        return ""
-    close = difflib.get_close_matches(path.stem, stems, n=1)
-    return f"; did you mean {str(path.parent / (close[0] + '.py'))!r}?" if close else ""
 
 
 def check_model_file(path: str | Path) -> Path:
@@ -57,7 +44,8 @@ def check_model_file(path: str | Path) -> Path:
     """
     path = Path(path)
     if not path.exists():
-        raise ModelFileError(f"model file {str(path)!r} does not exist{_near_file(path)}")
+        near = nearest_file(path)
+        raise ModelFileError(f"model file {str(path)!r} does not exist{f'; did you mean {str(near)!r}?' if near else ''}")
     if path.is_dir() or path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); point autotune at your model.py")
     source = path.read_text(encoding="utf-8", errors="replace")

@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from autotune.errors import StorageError, StudyNotFoundError
+from autotune.errors import StorageError, StudyNotFoundError, nearest_file
 
 __all__ = [
     "LIBPQ_TIMEOUTS",
@@ -292,17 +292,9 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
 
 
 def _near(path: Path) -> str:
-    """``"did you mean 'studies/proj.db'? "`` for the closest name of a file with the same suffix in the same
-    folder (:func:`difflib.get_close_matches` over the names without the suffix, which every candidate
-    shares: with it, ``lm.db`` read as 60% like ``ae.db``, enough to be offered), else ``""``."""
-    import difflib
-
-    try:
-        stems = [p.stem for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
-    except OSError:
-        return ""
-    close = difflib.get_close_matches(path.stem, stems, n=1)
-    return f"did you mean {str(path.parent / (close[0] + path.suffix))!r}? " if close else ""
+    """``"did you mean 'studies/proj.db'? "`` for :func:`autotune.errors.nearest_file`, else ``""``."""
+    near = nearest_file(path)
+    return f"did you mean {str(near)!r}? " if near else ""
 
 
 def _check_file(url: str, path: Path | None, noun: str, create: bool) -> None:

@@ -226,15 +226,21 @@ def leave_out_model_callbacks(pl: Any, model: Any) -> Any:
     return model
 
 
+def callback_names(callbacks: Any) -> list[str]:
+    """The class names of a ``--config``'s ``trainer.callbacks``: a list, or one entry, each
+    ``{class_path: ..., init_args: ...}`` or a class path (``"EarlyStopping"`` for
+    ``lightning.pytorch.callbacks.EarlyStopping``); entries of another form are left out."""
+    entries = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
+    paths = [e.get("class_path") if isinstance(e, Mapping) else e for e in entries]
+    return [str(p).rsplit(".", 1)[-1] for p in paths if isinstance(p, str)]
+
+
 def left_out_line(callbacks: Any) -> str | None:
     """The line that names the callbacks of a ``--config``'s ``trainer.callbacks`` (a list, or one
     entry: ``{class_path: ..., init_args: ...}`` or a class path) that trials leave out
     (:func:`user_callbacks`; by class name, a subclass named otherwise is not named here), or
     ``None`` when there are none."""
-    entries = callbacks if isinstance(callbacks, list) else [callbacks] if callbacks else []
-    paths = [e.get("class_path") if isinstance(e, Mapping) else e for e in entries]
-    names = [str(p).rsplit(".", 1)[-1] for p in paths if isinstance(p, str)]
-    left = [n for n in names if any(word in n for word in _DROPPED_CALLBACKS)]
+    left = [n for n in callback_names(callbacks) if any(word in n for word in _DROPPED_CALLBACKS)]
     if not left:
         return None
     left = list(dict.fromkeys(left))
