@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -313,6 +314,20 @@ def test_the_export_run_line_warns_when_the_script_hands_its_cli_another_model_c
     assert "hands LinkedCLI the class LinkedModel, not the searched OtherModel" in line
     # a script in subclass mode lets the config pick the class: nothing to warn about
     assert find_cli_class(_project(tmp_path, "cli_project") / "model.py").model is None
+
+
+def test_the_run_line_of_a_plain_model_file_imports_its_classes_by_the_file_s_name(tmp_path, monkeypatch):
+    from autotune.study.publish import run_hint
+
+    monkeypatch.chdir(tmp_path)
+    out = Path("studies/m.best.yaml")
+    line = run_hint(None, out, "Net", None, str(tmp_path / "model.py"))  # no DataModule: the module alone
+    assert line == ('python -c "from lightning.pytorch.cli import LightningCLI; from model import Net; LightningCLI(Net)" '
+                    "fit --config studies/m.best.yaml")
+    assert run_hint(None, out, "Net", "Data", "/elsewhere/m.py").startswith("PYTHONPATH=/elsewhere python -c ")  # not below here
+    # a file Python cannot import by name: the placeholder
+    assert run_hint(None, out, "Net", None, str(tmp_path / "my-model.py")).startswith("python YOUR_LIGHTNING_CLI_SCRIPT.py fit")
+    assert run_hint(None, out, "Net", None, str(tmp_path / "class.py")).startswith("python YOUR_LIGHTNING_CLI_SCRIPT.py fit")
 
 
 def test_a_link_target_in_the_space_is_refused_before_any_trial_naming_its_source(tmp_path, cli):

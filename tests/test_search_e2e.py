@@ -730,6 +730,7 @@ def test_failed_baseline_stops_the_search_and_is_rerun_on_resume(tmp_path, cli):
     r = cli(*args, env={"TINY_FAULTS": "0:raise"})
     assert r.returncode == 1
     assert "the baseline trial 0 (the model's own config) failed: exception in user code: ValueError" in r.stderr
+    assert "fix the model or its --config so the baseline trains, then" in r.stderr and "--trial-timeout" not in r.stderr  # no timeout
     assert [t.state.name for t in load(db, "tiny").trials] == ["FAIL"]
     cli(*args[:2], "--trials", 1, "--storage", f"sqlite:///{db}", check_rc=0)
     trials = load(db, "tiny").trials
@@ -779,6 +780,22 @@ def test_config_precision_that_cpu_replaces_is_recorded_as_what_runs(tmp_path, c
     assert trial.params["lr"] == 0.02
     exported = yaml.safe_load((tmp_path / "best.yaml").read_text())
     assert exported["seed_everything"] == 7 and exported["trainer"]["precision"] == "bf16-mixed"
+
+
+def test_a_plain_model_file_s_export_gives_a_run_line_that_trains_with_it_as_is(tmp_path, cli):
+    """helper-32: a model file with no LightningCLI script got `python YOUR_LIGHTNING_CLI_SCRIPT.py`, and no
+    doc said what to run; the line now hands the file's classes to LightningCLI, from another folder too."""
+    import shutil
+
+    (tmp_path / "proj").mkdir()
+    shutil.copy(MODELS / "tiny.py", tmp_path / "proj" / "tiny.py")
+    cli("search", "proj/tiny.py", "--trials", 1, "--samples", 256, "--out", "best.yaml", check_rc=0)
+    header = [line for line in (tmp_path / "best.yaml").read_text().splitlines() if line.startswith("# run: ")]
+    assert header == ['# run: PYTHONPATH=proj python -c "from lightning.pytorch.cli import LightningCLI; '
+                      'from tiny import TinyModel, TinyData; LightningCLI(TinyModel, TinyData)" fit --config best.yaml'], header
+    command = header[0].removeprefix("# run: ") + " --trainer.max_steps 3 --trainer.logger false --trainer.enable_checkpointing false"
+    r = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "`Trainer.fit` stopped: `max_steps=3` reached" in r.stderr + r.stdout, r.stderr[-2000:]
 
 
 def test_a_config_max_epochs_shorter_than_the_budget_does_not_cut_the_trials_short(tmp_path, cli):

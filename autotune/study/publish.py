@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import importlib.metadata as md
+import keyword
 import os
+import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,15 +77,33 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def run_hint(cli: Mapping[str, Any] | None, out: Path, model_class: str | None = None) -> str:
+def run_hint(
+    cli: Mapping[str, Any] | None,
+    out: Path,
+    model_class: str | None = None,
+    data_class: str | None = None,
+    model_file: str | None = None,
+) -> str:
     """The command that trains with the export: the user's LightningCLI script when autotune found
-    it (``fit`` only when the script runs the CLI with subcommands), else a placeholder script name.
+    it (``fit`` only when the script runs the CLI with subcommands); else, for a plain model file, a
+    ``python -c`` that imports its classes and hands them to ``LightningCLI`` (the file's folder on
+    ``PYTHONPATH`` when it is not the current one: ``python -c`` imports from there), which is what
+    the export is written for; a placeholder script name when the file cannot be imported by name.
 
     When the script hands its CLI another LightningModule class than the searched ``model_class``
     (``--model``), the line says so: that command would train the script's class, not the one measured.
     """
     if not cli:
-        return f"python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}"
+        module = Path(model_file).stem if model_file else ""
+        if not (module.isidentifier() and not keyword.iskeyword(module) and model_class and model_class.isidentifier()):
+            return f"python YOUR_LIGHTNING_CLI_SCRIPT.py fit --config {out}"
+        classes = ", ".join([model_class, *([data_class] if data_class else [])])
+        parent = str(Path(str(model_file)).parent)
+        folder = os.path.relpath(parent)
+        folder = parent if folder.startswith("..") else folder
+        path = "" if folder == "." else f"PYTHONPATH={shlex.quote(folder)} "
+        code = f"from lightning.pytorch.cli import LightningCLI; from {module} import {classes}; LightningCLI({classes})"
+        return f'{path}python -c "{code}" fit --config {shlex.quote(str(out))}'
     script = os.path.relpath(cli["file"])
     script = cli["file"] if script.startswith("..") else script
     line = f"python {script}{' fit' if cli.get('subcommands', True) else ''} --config {out}"
@@ -160,7 +180,7 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         *length_lines,
         *schedule_lines,
         *([stopping] if (stopping := _early_stopping(config, settings, user_config)) else []),
-        f"run: {run_hint(settings.cli, out, settings.model_class)}",
+        f"run: {run_hint(settings.cli, out, settings.model_class, settings.data_class, settings.model_file)}",
         "",
     ]
     check_out_path(out)
