@@ -318,6 +318,8 @@ def classify_exception(error: BaseException) -> tuple[str, str]:
     A forked DDP rank's failure, which reaches the launching process as torch's
     ``ProcessRaisedException`` (the rank's traceback as text) or ``ProcessExitedException``, is
     classified from what the rank raised (:func:`classify_traceback`), or as ``killed``/``crashed``.
+    A DataLoader worker's exception, which torch re-raises as ``Caught OSError in DataLoader worker
+    process 0.`` with the worker's traceback as text, is classified from that traceback, the worker named.
     """
     import traceback
 
@@ -341,8 +343,17 @@ def classify_exception(error: BaseException) -> tuple[str, str]:
             return "oom", f"out of memory: {first_line or type(error).__name__}"
     except ImportError:  # pragma: no cover - torch and lightning are dependencies
         pass
+    worker = _LOADER_WORKER.match(first_line)
+    if worker and "\nOriginal Traceback" in str(error):  # a DataLoader worker's: what it raised, not torch's wrapper
+        kind, reason = classify_traceback(str(error).split("\nOriginal ", 1)[1])
+        return kind, f"{reason} (in DataLoader worker process {worker['index']})"
     frames = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
     return "exception", f"exception in user code: {type(error).__name__}: {first_line}{_user_frame(frames)}"
+
+
+#: The first line of what torch re-raises in the main process for a DataLoader worker's exception
+#: (``torch._utils.ExceptionWrapper``: the worker's traceback follows as ``Original Traceback ...``).
+_LOADER_WORKER = re.compile(r"^Caught \w+ in DataLoader worker process (?P<index>\d+)\.$")
 
 
 def forked_rank_index(error: BaseException) -> int | None:

@@ -144,6 +144,29 @@ def test_a_forked_rank_s_exception_is_classified_from_its_traceback_text():
     assert classify_exception(crashed) == ("crashed", "crashed: DDP rank process 0 exited with code 3")
 
 
+def test_a_dataloader_worker_s_exception_is_classified_from_what_the_worker_raised():
+    # torch re-raises it in the main process as "Caught OSError in DataLoader worker process 0." with
+    # the worker's traceback as text: the reason names the worker's own message and the user's line
+    from torch._utils import ExceptionWrapper
+
+    def worker_raises(error):
+        try:
+            raise error
+        except BaseException:
+            wrapper = ExceptionWrapper(where="in DataLoader worker process 1")
+        try:
+            wrapper.reraise()
+        except BaseException as reraised:
+            return reraised
+
+    kind, reason = classify_exception(worker_raises(OSError("corrupt record 1617")))
+    assert kind == "exception" and reason.startswith("exception in user code: OSError: corrupt record 1617 at test_measure.py:")
+    assert reason.endswith(" (in DataLoader worker process 1)") and "Caught" not in reason
+    kind, reason = classify_exception(worker_raises(KeyError("label")))  # torch wraps a KeyError's message apart
+    assert kind == "exception" and "KeyError: 'label'" in reason and reason.endswith("(in DataLoader worker process 1)")
+    assert classify_exception(OSError("Caught OSError in DataLoader worker process 0."))[1].endswith("process 0.")  # no traceback: as is
+
+
 # --- item 14.7d: a peak is never below what a trial achieved (MFU never above 100%)
 
 
