@@ -417,9 +417,13 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
             f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; run the same command with "
             "--monitor NAME, NAME one of the metrics it logged (the study takes the corrected --monitor while no trial has completed)"
         )
+    kind = frozen.user_attrs.get("fail_kind")
+    fix = {  # what this failure asks of the user (the --trial-timeout hint only for a timeout: helper-32)
+        FailKind.TIMEOUT: "raise --trial-timeout (or lower --samples)",
+        FailKind.OOM: "lower the batch size in the model or its --config",
+    }.get(kind, "fix the model or its --config so the baseline trains")
     return BaselineFailedError(
-        f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; "
-        "fix the model or its --config so the baseline trains (or raise --trial-timeout), then run the same command again; "
+        f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; {fix}, then run the same command again; "
         "the study is inspected again while it has no baseline"
     )
 
