@@ -414,9 +414,11 @@ class ConsoleUI:
                 f"step {attrs['step_time_median'] * 1000:.1f} ms, data wait {attrs['data_wait_fraction']:.0%}{feasible}"
             )
         else:
-            # a reason quotes the user's exception, whose brackets are no markup
+            # a reason quotes the user's exception, whose brackets are no markup; --quiet printed no
+            # "trial N:" line before it, so the line names its trial
+            head = f"trial {trial.number} " if self.quiet else "  "
             self.console.print(
-                f"  -> [red]{trial.state.name}[/red]: {_escape(str(attrs.get('fail_reason')))}",
+                f"{head}-> [red]{trial.state.name}[/red]: {_escape(str(attrs.get('fail_reason')))}",
                 markup=True,
                 highlight=False,
                 soft_wrap=True,

@@ -77,3 +77,6 @@ def test_without_a_terminal_each_trial_is_one_line_start_and_one_line_end(capsys
     quiet = make_ui(quiet=True)
     quiet.trial_started(0, _config(16), True)
     assert capsys.readouterr().out == ""
+    quiet.trial_finished(_trial(1, 1000.0, 0.5))  # a finished trial: nothing
+    quiet.trial_finished(_trial(5, 0, 0, fail="oom: CUDA out of memory"))  # no "trial 5:" line came before it
+    assert capsys.readouterr().out.splitlines() == ["trial 5 -> FAIL: oom: CUDA out of memory"]
