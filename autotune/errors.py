@@ -301,15 +301,18 @@ def did_you_mean(value: str, choices: Any) -> str:
     return f"; did you mean {names[close[0]]!r}?" if close else ""
 
 
-def nearest_file(path: Path) -> Path | None:
-    """The file beside ``path`` (a :class:`pathlib.Path` that does not exist) with the same suffix whose
-    name is closest to its name, the suffix left out of the comparison (every candidate shares it:
-    with it, ``lm.db`` read as 60% like ``ae.db``; :func:`difflib.get_close_matches`), or ``None``."""
+def nearest_file(path: Path, suffix: str | None = None) -> Path | None:
+    """The file beside ``path`` (a :class:`pathlib.Path` that does not exist) with the same suffix (or
+    ``suffix``, for a path given without one: ``studies/proj`` for ``studies/proj.db``) whose name is
+    closest to its name, the suffix left out of the comparison (every candidate shares it: with it,
+    ``lm.db`` read as 60% like ``ae.db``; :func:`difflib.get_close_matches`), or ``None``."""
     import difflib
 
+    suffix = path.suffix or suffix or ""
     try:
-        stems = [p.stem for p in path.parent.glob(f"*{path.suffix}") if p.is_file()] if path.parent.is_dir() else []
+        found = sorted(p for p in path.parent.glob(f"*{suffix}") if p.is_file() and p != path) if path.parent.is_dir() else []
     except OSError:
         return None
-    close = difflib.get_close_matches(path.stem, stems, n=1)
-    return path.parent / (close[0] + path.suffix) if close else None
+    stems = {p.name[: len(p.name) - len(suffix)] if suffix else p.stem: p for p in found}
+    close = difflib.get_close_matches(path.name[: len(path.name) - len(path.suffix)] if path.suffix else path.name, list(stems), n=1)
+    return stems[close[0]] if close else None

@@ -282,7 +282,8 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
         return empty
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"config file {str(path)!r} does not exist")
+        near = nearest_file(path)
+        raise UsageError(f"config file {str(path)!r} does not exist{f'; did you mean {str(near)!r}?' if near else ''}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

@@ -293,7 +293,7 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
 
 def _near(path: Path) -> str:
     """``"did you mean 'studies/proj.db'? "`` for :func:`autotune.errors.nearest_file`, else ``""``."""
-    near = nearest_file(path)
+    near = nearest_file(path, ".db")  # studies/proj given for studies/proj.db
     return f"did you mean {str(near)!r}? " if near else ""
 
 

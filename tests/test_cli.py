@@ -72,3 +72,7 @@ def test_a_mistyped_study_name_gets_the_closest_database_in_its_folder(tmp_path,
     (tmp_path / "studies" / "ae.db").write_bytes(b"")
     r = cli("show", "lm")
     assert r.returncode == 2 and "did you mean" not in r.stderr, r.stderr
+    # a storage URL without the file's .db: the database, not the path as given (helper-32)
+    (tmp_path / "studies" / "proj.best.yaml").write_text("model: {}\n")
+    r = cli("show", "proj", "--storage", "sqlite:///studies/proj")
+    assert r.returncode == 2 and "does not exist; did you mean 'studies/proj.db'? check the path" in r.stderr, r.stderr

@@ -394,6 +394,14 @@ def test_invalid_yaml_names_its_line_and_a_missing_space_after_a_colon(tmp_path,
     assert len(message.splitlines()) == 1
 
 
+def test_a_missing_config_file_is_named_with_the_nearest_file_beside_it(tmp_path):
+    (tmp_path / "config.yaml").write_text("trainer:\n  max_epochs: 2\n")
+    with pytest.raises(UsageError, match=rf"^config file '{tmp_path}/confg.yaml' does not exist; did you mean '{tmp_path}/config.yaml'\?$"):
+        read_user_config(tmp_path / "confg.yaml")
+    with pytest.raises(UsageError, match=r"^config file '.*/other.yaml' does not exist$"):  # nothing alike: no guess
+        read_user_config(tmp_path / "other.yaml")
+
+
 def test_a_loader_indexing_a_tensor_dataset_one_sample_at_a_time_is_told_apart():
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Subset, TensorDataset, random_split

@@ -60,6 +60,13 @@ def test_bad_spaces_are_rejected_with_the_key_and_value(data, match):
 def test_load_space_reports_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(SpaceError, match="does not exist"):
         load_space(tmp_path / "nope.yaml")
+    with pytest.raises(SpaceError, match=r"^space file 'extnded' does not exist; did you mean 'extended'\?; give a path or one"):
+        find_space("extnded")  # a bundled name, mistyped
+    (tmp_path / "narrow.yaml").write_text("batch_size: [16, 32]\n")
+    with pytest.raises(SpaceError, match=rf"^space file '{tmp_path}/narow.yaml' does not exist; did you mean '{tmp_path}/narrow.yaml'\?;"):
+        find_space(tmp_path / "narow.yaml")  # the user's own file, mistyped
+    with pytest.raises(SpaceError, match=r"^space file 'zzzz' does not exist; give a path"):  # nothing alike: no guess
+        find_space("zzzz")
     bad = tmp_path / "bad.yaml"
     bad.write_text("batch_size: [1, 2\n")
     with pytest.raises(SpaceError, match=r"bad.yaml:\d+: not valid YAML"):
