@@ -63,7 +63,8 @@ The decision rule (:func:`judge`), on ``d_i = log(candidate / incumbent)`` of th
   5% better; or it already lost so many pairs that the sign test cannot pass within ``max_pairs``
   (a mean ratio above 1 then comes from one or two large pairs, which the sign test does not trust).
 - **Undecided**: ``max_pairs`` (6) pairs without a decision.
-- **Failed**: a paired run failed (a crash, a NaN, out of memory).
+- **Failed**: a paired run failed (a crash, a NaN, out of memory), after the one retry a race gives it
+  (:func:`autotune.study.races.races_of`).
 
 Only a win changes the incumbent; every other outcome keeps it, so a config that was not shown better
 than the baseline is never recommended.

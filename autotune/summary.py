@@ -158,6 +158,12 @@ def _unconfirmed_line(confirmed: Any, objective: str) -> str:
             f"not confirmed: the confirmation budget stopped trial {race.candidate}'s race before a decision, "
             f"with it {ratio_text(v.ratio, v.low, v.high, v.pairs, objective, 'the baseline')}{late}: the baseline is recommended (1.00x)"
         )
+    broken = next((r for r in confirmed.races if r.verdict.outcome == "failed"), None)
+    if broken is not None:  # not "confirmed": the race ended on a failed run, not on the figures (helper-32)
+        return (
+            f"not confirmed: trial {broken.candidate}'s race failed ({broken.verdict.reason}): the baseline is recommended (1.00x), "
+            "and a later search of this study does not race that config again"
+        )
     if confirmed.unraced:  # what was raced was decided, but not every candidate was raced
         return (
             f"not confirmed: no candidate raced was shown at least 5% better than the baseline in paired runs of {confirmed.samples:,} "

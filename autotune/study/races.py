@@ -127,6 +127,10 @@ def objective_value(trial: Any, objective: str) -> float:
 def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None = None) -> list[Race]:
     """The races stored in ``trials`` (runs at ``samples`` only, when given), in the order they started.
 
+    A paired run that failed once (not interrupted) is *missing*: the race queues it again, once (its
+    config trained in the search, so one fault may be transient: helper-32's flaky data ended the race
+    of its best candidate); failed twice, it ends the race ``failed``, the reason naming the last try.
+
     Args:
         trials: Frozen trials of one study (digests will do).
         settings: Its settings (objective, loss tolerance, mode).
@@ -183,6 +187,7 @@ def _race(
     ``searched``: the incumbent's and the candidate's search trials where they replicate the race's runs
     (:func:`_search_run`), for the replicate runs' interval (:func:`autotune.paired.replicate_ss`)."""
     pairs, failed, pending, missing = [], 0, 0, []
+    why = ""  # the failed runs' reason, for the verdict
     same_math = False  # the candidate keeps the incumbent's math: its loss is held to the sanity tolerance
     indices = sorted({i for i, _ in runs})
     for i in indices:
@@ -194,10 +199,11 @@ def _race(
                 slot[role] = done[0]
             elif any(t.state.name in ("WAITING", "RUNNING") for t in tries):
                 pending += 1
-            elif any(t.state.name == "FAIL" and t.user_attrs.get("fail_kind") != "interrupted" for t in tries):
+            elif len(faults := [t for t in tries if t.state.name == "FAIL" and t.user_attrs.get("fail_kind") != "interrupted"]) > 1:
                 failed += 1
-            else:  # never queued, or interrupted and not queued again: the next run queues it
-                missing.append((i, role))
+                why = why or f"trial {faults[-1].number}: {faults[-1].user_attrs.get('fail_reason')}"
+            else:  # never queued; interrupted and not queued again; or failed once: the next run queues it (again)
+                missing.append((i, role))  # (a config its search trial ran: a transient fault must not shut it out)
         if len(slot) == 2:
             inc, cand = slot["incumbent"], slot["candidate"]
             same_math = _same_math(inc.user_attrs.get("config"), cand.user_attrs.get("config"))
@@ -234,6 +240,8 @@ def _race(
         searched=searched,
         settings=settings,
     )
+    if verdict.outcome == "failed" and why:
+        verdict = replace(verdict, reason=f"{verdict.reason}, each tried twice ({why})")
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(

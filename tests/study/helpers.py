@@ -97,7 +97,7 @@ def race(study, candidate, incumbent_values, candidate_values, incumbent: int = 
          candidate_loss: float = 1.0, samples: int = 2048, cap: int = 6, failed: int = 0, reach=None, stopped=(), reached=True):
     """Paired runs of a race of trial ``candidate``'s config against trial ``incumbent``'s, stored as
     :mod:`autotune.study.racing` stores them (pair ``i`` runs first what :func:`autotune.paired.runs_first`
-    says), then ``failed`` failed candidate runs in the next pairs; ``reach``: ``(incumbent's, candidate's)`` seconds
+    says), then ``failed`` failed candidate runs in the next pairs (each failed twice: its run and the race's retry); ``reach``: ``(incumbent's, candidate's)`` seconds
     to the loss target of each run (``time_to_target``; reached, ``target_reached``, unless ``None``, or the candidate's without ``reached``); ``stopped``: the roles whose runs stopped at the loss
     target (``stopped_at_target``). Returns ``[(incumbent run, candidate run)]``."""
     from autotune.paired import runs_first
@@ -120,8 +120,9 @@ def race(study, candidate, incumbent_values, candidate_values, incumbent: int = 
                 attrs["stopped_at_target"] = True
             runs[role] = add(study, value, loss, attrs=attrs, **configs[of])
         pairs.append((runs["incumbent"], runs["candidate"]))
-    for j in range(failed):
+    for j in range(failed):  # each failed in its run and in the retry the race gives it
         attrs = {"confirm_of": candidate, "confirm_samples": samples, "pair_of": candidate, "pair_index": len(pairs) + j,
-                 "incumbent": incumbent, "pair_cap": cap, "fail_kind": "nonfinite_loss"}
-        add(study, None, None, state="FAIL", attrs=attrs, **configs[candidate])
+                 "incumbent": incumbent, "pair_cap": cap, "fail_kind": "nonfinite_loss", "fail_reason": "non-finite loss: nan"}
+        for _ in range(2):
+            add(study, None, None, state="FAIL", attrs=attrs, **configs[candidate])
     return pairs

@@ -334,6 +334,33 @@ def test_a_race_of_other_math_without_times_to_the_target_says_it_was_judged_on_
     assert got.verdict.outcome == "win" and "not on the seconds" not in got.verdict.reason
 
 
+def test_a_paired_run_that_fails_once_is_run_again_and_a_race_failed_twice_says_why():
+    """helper-32: one transient fault in a paired run ended the race as "failed", the summary said "confirmed:
+    no candidate was shown ... better", and no later search raced that config again."""
+    from autotune.study.records import confirmation
+    from autotune.summary import confirmation_lines
+
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    cand = add(study, 200.0, num_workers=2)
+    race(study, cand.number, [100.0], [200.0])
+    attrs = {"confirm_of": cand.number, "confirm_samples": 2048, "pair_of": cand.number, "pair_index": 1, "incumbent": 0, "pair_cap": 6,
+             "fail_kind": "exception", "fail_reason": "exception in user code: OSError: corrupt record 1617 at model.py:48"}
+    add(study, 110.0, attrs={k: v for k, v in attrs.items() if not k.startswith("fail_")} | {"confirm_of": 0})  # pair 1's incumbent run
+    first = add(study, None, None, state="FAIL", attrs=attrs, num_workers=2)
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert got.verdict.outcome == "running" and got.missing == ((1, "candidate"),)  # queued again, not a failed race
+    again = add(study, None, None, state="FAIL", attrs=attrs, num_workers=2)
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert got.verdict.outcome == "failed" and got.missing == ()
+    assert got.verdict.reason == (f"1 paired run(s) failed, each tried twice (trial {again.number}: exception in user code: OSError: "
+                                  "corrupt record 1617 at model.py:48)") and first.number < again.number
+    lines = confirmation_lines(confirmation(study, settings), "throughput")
+    assert any(line.startswith(f"not confirmed: trial {cand.number}'s race failed (1 paired run(s) failed, each tried twice") for line in lines), lines
+    assert not any(line.startswith("confirmed:") for line in lines), lines
+
+
 def _timed(wall: float, sps: float, state: str = "COMPLETE", **attrs):
     """A finished trial of ``make_settings().samples`` at ``sps`` whose wall time was ``wall`` seconds (frozen-trial-like)."""
     import datetime
