@@ -340,6 +340,26 @@ def _console(stderr: bool = False):
     return _Console(stderr=stderr, highlight=False, width=width, soft_wrap=True)
 
 
+def run_again(trials: Sequence[Any]) -> dict[int, int]:
+    """``{failed trial: the later trial that ran its config again}``: an interrupted trial queued again
+    (``retry_of``), or a race's paired run queued again after it failed (the same race, pair and role:
+    :func:`autotune.study.races.races_of`). A summary that listed an interrupted trial only as failed
+    read as a measurement lost (helper-31)."""
+    again: dict[int, int] = {}
+    slots: dict[tuple, int] = {}
+    for t in trials:
+        attrs = t.user_attrs
+        if attrs.get("retry_of") is not None:
+            again.setdefault(int(attrs["retry_of"]), t.number)
+        if "pair_of" in attrs:
+            key = tuple(attrs.get(k) for k in ("incumbent", "pair_of", "pair_index", "confirm_of", "confirm_samples", "confirm_budget"))
+            if key in slots:  # the failed try before it
+                again.setdefault(slots.pop(key), t.number)
+            if t.state.name == "FAIL":
+                slots[key] = t.number
+    return again
+
+
 class ConsoleUI:
     """Messages of a running search: one line per trial start and end, warnings, the summary.
 
@@ -449,11 +469,17 @@ class ConsoleUI:
         render_rows(shown, "table", self.console, title=title)
         # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
         # a pruned trial (stopped early, or not run: a duplicate, a predicted OOM, a failed class) did not fail
+        again = run_again(every)  # a failed try queued again (interrupted, or a race's paired run): not a measurement lost
         for state, what in (("FAIL", "failed"), ("PRUNED", "pruned or not run")):
             ended = [r for r in rows if r["state"] == state and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
             if ended:
                 self.console.print(
-                    f"{len(ended)} trial(s) {what}: " + "; ".join(f"#{r['number']} {r['fail_reason']}" for r in ended[-5:]), markup=False
+                    f"{len(ended)} trial(s) {what}: "
+                    + "; ".join(
+                        f"#{r['number']} {r['fail_reason']}" + (f" (run again as #{again[r['number']]})" if r["number"] in again else "")
+                        for r in ended[-5:]
+                    ),
+                    markup=False,
                 )
         for line in frontier_lines(oom_frontier(study, every)):
             self.console.print(line, markup=False)

@@ -166,6 +166,27 @@ def test_the_summary_counts_a_pruned_trial_apart_from_the_failed_ones():
     assert "1 trial(s) failed: #2 crashed: boom" in lines and "1 trial(s) pruned or not run: #1 not run: trial 7 failed" in lines
 
 
+def test_the_summary_says_which_trial_ran_a_failed_one_again():
+    # helper-31 read "#5 interrupted: Ctrl-C" after a resume that had run it again as #6 as a measurement lost
+    study = make_study()
+    add(study, 900.0, 0.5, baseline=True)
+    add(study, None, None, state="FAIL", batch_size=128, attrs={"fail_kind": "interrupted", "fail_reason": "interrupted: Ctrl-C"})
+    add(study, 1200.0, 0.5, batch_size=128, attrs={"retry_of": 1})
+    cand = add(study, 1500.0, 0.5, num_workers=2)
+    pair = {"confirm_of": cand.number, "confirm_samples": 1024, "pair_of": cand.number, "pair_index": 0, "incumbent": 0, "pair_cap": 6}
+    add(study, 100.0, 0.5, attrs={**pair, "confirm_of": 0})
+    add(study, None, None, state="FAIL", num_workers=2, attrs={**pair, "fail_kind": "exception", "fail_reason": "exception: flaky"})
+    add(study, None, None, state="FAIL", batch_size=512, attrs={"fail_kind": "crashed", "fail_reason": "crashed: boom"})  # not run again
+    add(study, 1490.0, 0.5, num_workers=2, attrs=pair)  # the paired run again
+    settings = make_settings()
+    ui, out = ConsoleUI(), io.StringIO()
+    ui.console = Console(file=out, width=400)
+    ui.summary(study, settings, *recommendation(study, settings), None)
+    (line,) = [x for x in out.getvalue().splitlines() if "trial(s) failed" in x]
+    assert line == ("3 trial(s) failed: #1 interrupted: Ctrl-C (run again as #2); #5 exception: flaky (run again as #7); "
+                    "#6 crashed: boom"), line
+
+
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_live_view_fits_the_terminal_and_never_splits_a_value(width):
     study = realistic_study()
