@@ -16,6 +16,7 @@ machine (its runs then moved 0.3x to 5x from one to the next).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,14 @@ __all__ = [
     "Slot",
     "SlotPools",
     "ahead",
+    "keep_allotment",
+    "keep_cores",
     "machine_slots",
     "measure_busy_cores",
     "oversubscribe",
     "plan_slots",
     "prestart",
+    "this_run_cores",
     "usable_cpus",
 ]
 
@@ -85,7 +89,7 @@ def plan_slots(
     jobs: int,
     cpus: list[int],
     oversubscribe: bool = False,
-    busy: dict[int, float | None] | None = None,
+    busy: Mapping[int, float | str | None] | None = None,
 ) -> list[Slot]:
     """Split the machine into ``jobs`` disjoint slots (pure).
 
@@ -100,7 +104,8 @@ def plan_slots(
         cpus: The CPU cores this process may use (:func:`usable_cpus`).
         oversubscribe: On CPU, allow more processes than cores (:data:`ENV_OVERSUBSCRIBE`): the
             slots then share cores, each taking ``max(1, len(cpus) // jobs)`` of them in turn.
-        busy: ``{core: busy share or None}`` of the cores other work keeps busy (:func:`measure_busy_cores`).
+        busy: ``{core: busy share or None}`` of the cores other work keeps busy (:func:`measure_busy_cores`),
+            or ``{core: why}`` of the cores a resumed study leaves out (:func:`keep_cores`).
 
     Returns:
         ``jobs`` slots. With one job, the slot has the whole machine and no restriction, except on a
@@ -123,8 +128,11 @@ def plan_slots(
         if hardware.accelerator == "gpu" or not busy or len(free) < devices or len(free) == len(cpus):
             return [Slot(0, {}, "one job: the whole machine")]
         taken = sorted(c for c in cpus if c in busy)
-        shares = "given in $" + ENV_BUSY_CORES if any(busy[c] is None for c in taken) else ", ".join(f"{busy[c]:.0%}" for c in taken)
         env = {"AUTOTUNE_CPUS": ",".join(map(str, free))}
+        why = next((share for c in taken if isinstance(share := busy[c], str)), None)
+        if why is not None:  # left out to keep a study's allotment (keep_cores), not measured busy
+            return [Slot(0, env, f"one job: {_cores(free)} ({_cores(taken)} left out: {why})")]
+        shares = "given in $" + ENV_BUSY_CORES if any(busy[c] is None for c in taken) else ", ".join(f"{busy[c]:.0%}" for c in taken)
         return [Slot(0, env, f"one job: {_cores(free)} ({_cores(taken)} busy with other work: {shares})")]
     slots = []
     if hardware.accelerator == "gpu":
@@ -147,8 +155,9 @@ def plan_slots(
     return slots
 
 
-#: The cores other work kept busy when this run started (:func:`measure_busy_cores`).
-_BUSY: dict[int, float | None] = {}
+#: The cores other work kept busy when this run started (:func:`measure_busy_cores`), or the cores
+#: it leaves out to run as a study's earlier trials did (:func:`keep_cores`: ``{core: why}``).
+_BUSY: dict[int, float | str | None] = {}
 
 
 #: Environment variable naming the cores a run leaves out (``"3"``, ``"2,3"``) instead of measuring
@@ -156,7 +165,7 @@ _BUSY: dict[int, float | None] = {}
 ENV_BUSY_CORES = "AUTOTUNE_BUSY_CORES"
 
 
-def measure_busy_cores(window: float = 0.3) -> dict[int, float | None]:
+def measure_busy_cores(window: float = 0.3) -> dict[int, float | str | None]:
     """Find the cores of this process that other work keeps busy now, for this run's :func:`machine_slots`.
 
     ``$AUTOTUNE_BUSY_CORES`` first (:data:`ENV_BUSY_CORES`: cores given, share ``None``; ``none``: no
@@ -188,6 +197,60 @@ def measure_busy_cores(window: float = 0.3) -> dict[int, float | None]:
     else:
         _BUSY.update(busy_cores(usable_cpus(), window))
     return dict(_BUSY)
+
+
+def this_run_cores(hardware: Hardware, devices: int) -> list[int]:
+    """The cores a one-job run's trials run on (:func:`machine_slots`): every core of this process, less
+    those left out."""
+    slot = machine_slots(hardware, devices, 1)[0]
+    return sorted(int(c) for c in slot.env["AUTOTUNE_CPUS"].split(",")) if "AUTOTUNE_CPUS" in slot.env else usable_cpus()
+
+
+def keep_allotment(hardware: Hardware, devices: int, earlier: Sequence[int]) -> tuple[str, str] | None:
+    """Run a resumed one-job CPU study's trials on as many cores as its earlier trials ran on.
+
+    Samples/s measured on one core and on two do not compare, and the search compares its trials
+    across runs (which is fastest, what stage 2 builds on): helper-31's study ran its first trials on
+    core 1 beside a busy core 0, and after a Ctrl-C resumed them on the whole machine, unsaid. Where
+    this run would use more cores than ``earlier`` and those cores are still this process's, it leaves
+    out the others (:func:`keep_cores`); where it has fewer (other work took a core since), it cannot.
+    Call after :func:`measure_busy_cores`, before any trial; ``$AUTOTUNE_BUSY_CORES`` is left to rule.
+
+    Args:
+        hardware: The study's machine (on a GPU machine nothing is done).
+        devices: Devices per trial.
+        earlier: The cores the study's earlier trials ran on (the study's ``cpu_allotment``).
+
+    Returns:
+        ``("info", line)`` when the earlier cores were kept, ``("warn", line)`` when this run's trials
+        run on fewer, or ``None`` when the count is the same (or nothing applies).
+    """
+    if hardware.accelerator == "gpu" or os.environ.get(ENV_BUSY_CORES, "").strip() or not earlier:
+        return None
+    earlier = sorted(int(c) for c in earlier)
+    mine = this_run_cores(hardware, devices)
+    if len(mine) == len(earlier):
+        return None
+    if len(earlier) < len(mine) and set(earlier) <= set(usable_cpus()):
+        keep_cores(earlier, "as this study's earlier trials ran")
+        return (
+            "info",
+            f"resumed study: trials run on {_cores(earlier)}, with {max(1, len(earlier) // devices)} torch thread(s) a device, as its "
+            f"earlier trials did (other work kept a core busy then), so that samples/s compare across its runs; "
+            f"{ENV_BUSY_CORES}=none uses every core (a new study then compares its own trials)",
+        )
+    return (
+        "warn",
+        f"resumed study: its earlier trials ran on {_cores(earlier)}, this run's on {_cores(mine)} (other work keeps a core busy now): "
+        f"samples/s of the two do not compare; {ENV_BUSY_CORES}=none runs on every core as they did (beside the busy one), "
+        "or resume when the machine is as it was",
+    )
+
+
+def keep_cores(cores: Sequence[int], why: str) -> None:
+    """Leave out of this run's one-job slot every core of this process but ``cores``, saying ``why``."""
+    _BUSY.clear()
+    _BUSY.update({c: why for c in usable_cpus() if c not in set(cores)})
 
 
 def machine_slots(hardware: Hardware, devices: int, jobs: int) -> list[Slot]:

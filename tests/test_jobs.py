@@ -4,7 +4,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.hardware import Hardware
-from autotune.jobs import plan_slots
+from autotune.jobs import ENV_BUSY_CORES, keep_allotment, machine_slots, plan_slots
 
 CPU8 = Hardware("cpu", 0, "cpu", 8, True, 16.0)
 GPU4 = Hardware("gpu", 4, "H200", 16, True, 139.0)
@@ -83,6 +83,45 @@ def test_a_one_job_cpu_run_leaves_out_the_cores_other_work_keeps_busy():
     assert plan_slots(GPU4, 1, 1, list(range(16)), busy={3: 1.0})[0].env == {}
     # parallel jobs split the cores as they did (busy or not)
     assert [s.env["AUTOTUNE_CPUS"] for s in plan_slots(CPU8, 1, 2, list(range(8)), busy={7: 1.0})] == ["0,1,2,3", "4,5,6,7"]
+
+
+def test_a_resumed_study_runs_its_trials_on_as_many_cores_as_its_earlier_ones(monkeypatch):
+    """helper-31: a study's first run put its trials on core 1 beside a busy core 0; resumed on a quiet
+    machine, its trials took both cores, and the study compared 1-core and 2-core samples/s unsaid."""
+    from study.helpers import make_study
+
+    import autotune.jobs as jobs
+    from autotune.study.search import ALLOTMENT_ATTR, study_allotment
+
+    cpu2 = Hardware("cpu", 0, "cpu", 2, True, 16.0)
+    monkeypatch.setattr(jobs, "usable_cpus", lambda: [0, 1])
+    monkeypatch.delenv(ENV_BUSY_CORES, raising=False)
+    monkeypatch.setattr(jobs, "_BUSY", {0: 0.89})  # the first run: core 0 busy
+    study, said = make_study(), []
+    ui = type("UI", (), {"info": lambda self, m: said.append(("info", m)), "warn": lambda self, m: said.append(("warn", m))})()
+    study_allotment(study, make_settings_cpu2(), 1, ui)
+    assert study.user_attrs[ALLOTMENT_ATTR] == [1] and said == []  # recorded, nothing to say
+    monkeypatch.setattr(jobs, "_BUSY", {})  # resumed on a quiet machine: kept on one core
+    study_allotment(study, make_settings_cpu2(), 1, ui)
+    assert said[0][0] == "info" and said[0][1].startswith("resumed study: trials run on core 1, with 1 torch thread(s) a device, as its earlier")
+    (slot,) = machine_slots(cpu2, 1, 1)
+    assert slot.env == {"AUTOTUNE_CPUS": "1"} and slot.description == "one job: core 1 (core 0 left out: as this study's earlier trials ran)"
+    # a study that ran on both cores, resumed beside a busy core: it cannot keep them, and says so
+    monkeypatch.setattr(jobs, "_BUSY", {1: 0.97})
+    kind, line = keep_allotment(cpu2, 1, [0, 1])
+    assert kind == "warn" and line.startswith("resumed study: its earlier trials ran on cores 0-1, this run's on core 0 (other work keeps")
+    assert "AUTOTUNE_BUSY_CORES=none runs on every core" in line
+    assert keep_allotment(cpu2, 1, [0]) is None  # as many cores as before (another one): nothing to do
+    monkeypatch.setenv(ENV_BUSY_CORES, "none")  # the user's word rules
+    monkeypatch.setattr(jobs, "_BUSY", {})
+    assert keep_allotment(cpu2, 1, [1]) is None and jobs._BUSY == {}
+    assert keep_allotment(GPU4, 1, [1]) is None
+
+
+def make_settings_cpu2():
+    from study.helpers import make_settings
+
+    return make_settings(hardware=Hardware("cpu", 0, "cpu", 2, True, 16.0).to_dict())
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from autotune.config import TrialConfig
 from autotune.errors import Interrupted, StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
-from autotune.jobs import SlotPools, machine_slots, measure_busy_cores, prestart
+from autotune.jobs import SlotPools, keep_allotment, machine_slots, measure_busy_cores, prestart, this_run_cores
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
@@ -155,6 +155,7 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         prestart(model_file, opts.jobs)
     study, settings, seeds = _open_study(opts, model_file, study_name, storage_url, ui)
     study.sampler = _make_sampler(settings, len(study.get_trials(deepcopy=False)), opts.sampler)
+    study_allotment(study, settings, opts.jobs, ui)
     busy_cores_line(settings, opts.jobs, ui)
     freeze_read_trials()
     room = opts.trials - (1 if study.user_attrs.get(BASELINE_ATTR) is None and not _baseline_pending(study) else 0)
@@ -435,10 +436,32 @@ def _continue(
     return ran
 
 
+#: Study attribute: the CPU cores a one-job search's trials ran on, set by its first run
+#: (:func:`study_allotment`).
+ALLOTMENT_ATTR = "cpu_allotment"
+
+
+def study_allotment(study, settings: StudySettings, jobs: int, ui: UI) -> None:
+    """Keep a resumed one-job CPU study's trials on as many cores as its earlier ones
+    (:func:`autotune.jobs.keep_allotment`), and say so; a study's first run records its cores
+    (:data:`ALLOTMENT_ATTR`; a study with trials from before the record is left as it is)."""
+    hardware = Hardware.from_dict(settings.hardware)
+    if jobs != 1 or hardware.accelerator == "gpu":
+        return
+    earlier = study.user_attrs.get(ALLOTMENT_ATTR)
+    if earlier is None:
+        if not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):
+            study.set_user_attr(ALLOTMENT_ATTR, this_run_cores(hardware, int(settings.devices)))
+        return
+    said = keep_allotment(hardware, int(settings.devices), earlier)
+    if said is not None:
+        (ui.info if said[0] == "info" else ui.warn)(said[1])
+
+
 def busy_cores_line(settings: StudySettings, jobs: int, ui: UI) -> None:
     """Say so when this run's trials leave out cores other work keeps busy (:func:`autotune.jobs.plan_slots`)."""
     slot = machine_slots(Hardware.from_dict(settings.hardware), int(settings.devices), jobs)[0]
-    if jobs == 1 and "AUTOTUNE_CPUS" in slot.env:
+    if jobs == 1 and "AUTOTUNE_CPUS" in slot.env and "busy with other work" in slot.description:
         n = len(slot.env["AUTOTUNE_CPUS"].split(","))
         threads = max(1, n // int(settings.devices))
         ui.warn(
