@@ -68,6 +68,31 @@ def test_an_unpaired_speedup_says_it_is_unconfirmed_and_distrusts_a_busy_baselin
     assert unpaired_text(busy_base, busy_base) == "1.00x: no other trial was feasible and faster (the baseline is recommended; 500 samples/s)"
 
 
+def test_an_unpaired_speedup_of_other_math_adds_its_time_to_the_baseline_s_loss():
+    # helper-32: "speedup 1.20x in single unpaired runs" for a larger batch at a larger lr that reached the
+    # baseline's loss 1.01x sooner; the time to the loss is what a race would judge such a config on
+    from autotune.summary import quality_line
+
+    base_config = {"batch_size": 32, "lr": 0.01}
+    base = _trial(0, 0.05, samples_per_sec=1000.0, config=base_config, time_to_target=0.962, target_reached=True, loss_target=0.5)
+    bigger = _trial(4, 0.05, samples_per_sec=1200.0, config={"batch_size": 64, "lr": 0.0141}, time_to_target=0.951, target_reached=True,
+                    loss_target=0.5)
+    assert unpaired_text(bigger, base) == (
+        "1,200 samples/s vs baseline 1,000 samples/s (trial 0): speedup 1.20x in single unpaired runs (not confirmed); "
+        "1.01x sooner to the baseline's training loss, the figure that counts for a config of other math"
+    )
+    workers = _trial(5, 0.05, samples_per_sec=1200.0, config={**base_config, "num_workers": 2}, time_to_target=0.8, target_reached=True,
+                     loss_target=0.5)
+    assert "sooner" not in unpaired_text(workers, base)  # the same math: samples/s is its speed
+    # the time-to-loss line over a busy baseline's single run says it likely overstates, as the speed-up does
+    busy = _trial(0, 0.63, samples_per_sec=1000.0, config=base_config, time_to_target=13.3, target_reached=True, loss_target=0.5)
+    line = quality_line(_trial(6, 0.05, config={"batch_size": 64, "lr": 0.0141}, time_to_target=1.29, target_reached=True,
+                               loss_target=0.5), busy)
+    assert line.endswith("= 10.31x faster (single unpaired runs; the baseline trial ran while other processes took 63% of the CPU, "
+                         "so this likely overstates it)"), line
+    assert "overstates" not in quality_line(workers, base)
+
+
 def test_show_line_gives_every_figure():
     assert host_load_line(_trial(4, 0.12, load=0.5, cpus=16, gpu=1)) == (
         "host while trial 4 trained: other processes 12% of the CPU, steal 0%, load average 0.5 on 16 cores (its own processes included), "
