@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "render_yaml",
     "scale_schedules",
     "scale_training_length",
+    "step_length_lines",
     "training_length_line",
 ]
 
@@ -283,6 +285,64 @@ def scale_schedules(document: dict[str, Any], changes: Mapping[str, tuple[int, i
             said.append(f"it keeps {', '.join(left)}: scale {'it' if len(left) == 1 else 'them'} {how}")
         lines.append(f"lr schedule: {where}: " + "; ".join(said))
     return lines
+
+
+#: A model or data constructor argument whose name says it may size a schedule in optimizer steps
+#: (``cosine_t_max``, ``warmup_steps``, ``lr_decay_steps``, ``milestones``: :func:`step_length_lines`).
+_STEP_ARG = re.compile(
+    r"(t_?max|(^|_)t_0$|total_steps|training_steps|warmup_steps|warmup_iters|decay_steps|total_iters|max_iters|max_steps|num_steps|milestones|step_size)",
+    re.IGNORECASE,
+)
+
+
+def _step_count(value: Any) -> bool:
+    """A positive int, or a non-empty list of them (``milestones``)."""
+    if isinstance(value, list):
+        return bool(value) and all(_step_count(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def step_length_lines(document: Mapping[str, Any], signature: Mapping[str, Any], baseline_batch: int, batch: int) -> list[str]:
+    """Header lines for the model's and data module's own arguments that may size a schedule in
+    optimizer steps, when the recommendation changes the effective batch size.
+
+    A schedule built in code from a plain argument (``CosineAnnealingLR(opt, T_max=self.hparams.cosine_t_max)``,
+    stepped once a batch, common under manual optimization) is no scheduler of the config, so
+    :func:`scale_schedules` cannot see it; at another effective batch an epoch takes other steps, so
+    left as it is the schedule ends early or late (helper-31's ``cosine_t_max: 720`` at batch 64
+    instead of 32 went only halfway down over its ``max_epochs``). The arguments are found by name
+    (:data:`_STEP_ARG`), in the export's ``model:``/``data:`` sections and else at their defaults
+    (``signature``); the export keeps them, and the line says by how much to scale them if they count
+    optimizer steps (one computed from ``trainer.estimated_stepping_batches`` follows by itself).
+
+    Args:
+        document: The export (its ``model:`` and ``data:``, flat or ``class_path``/``init_args``).
+        signature: Inspection's constructor arguments, ``{"model"|"data": {name: {"default": ...}}}``.
+        baseline_batch, batch: The baseline's and the recommendation's effective batch sizes (> 0).
+
+    Returns:
+        One line, or none when the effective batch is the baseline's or no argument is named so.
+    """
+    if batch == baseline_batch:
+        return []
+    found: dict[str, Any] = {}
+    for owner in ("model", "data"):
+        section = document.get(owner) or {}
+        given = section.get("init_args") if isinstance(section.get("init_args"), dict) else section
+        given = given if isinstance(given, Mapping) else {}
+        values = {k: v.get("default") for k, v in (signature.get(owner) or {}).items() if isinstance(v, Mapping)}
+        values.update({k: v for k, v in given.items() if k not in ("class_path", "init_args", "dict_kwargs")})
+        found.update({f"{owner}.{k}": v for k, v in values.items() if _STEP_ARG.search(k) and _step_count(v)})
+    if not found:
+        return []
+    factor = baseline_batch / batch
+    names = ", ".join(f"{k}={v}" for k, v in found.items())
+    return [
+        f"lr schedule: {names}: at effective batch size {batch} (the baseline's {baseline_batch}) an epoch takes {factor:.3g}x the "
+        f"optimizer steps; if {'it counts' if len(found) == 1 else 'they count'} optimizer steps, scale {'it' if len(found) == 1 else 'them'} "
+        f"by {factor:.3g} (the export keeps {'it' if len(found) == 1 else 'them'}; a schedule your code sizes from "
+        "trainer.estimated_stepping_batches follows by itself)"
+    ]
 
 
 def _schedulers(node: Any, where: str = "") -> list[tuple[str, dict[str, Any]]]:

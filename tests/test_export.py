@@ -237,6 +237,28 @@ def test_a_scheduler_sized_to_the_training_length_follows_it_and_others_are_name
     assert scale_schedules(doc(), {}) == [] and scale_schedules({"lr_scheduler": {"class_path": "x.ReduceLROnPlateau"}}, {"max_steps": (3, 1)}) == []
 
 
+def test_a_schedule_length_the_model_takes_as_a_plain_argument_is_named_when_the_effective_batch_changes():
+    """helper-31: a manually optimized module built CosineAnnealingLR(T_max=self.hparams.cosine_t_max) in code; the
+    export moved batch 32 to 64 under max_epochs and kept cosine_t_max: 720 unsaid, so the cosine went halfway down."""
+    from autotune.export import step_length_lines
+
+    signature = {"model": {"cosine_t_max": {"type": "int", "default": 720}, "hidden": {"type": "int", "default": 128},
+                           "lr": {"type": "float", "default": 0.001}},
+                 "data": {"batch_size": {"type": "int", "default": 32}}}
+    (line,) = step_length_lines({"model": {"hidden": 64}}, signature, 32, 64)  # at its default
+    assert line == ("lr schedule: model.cosine_t_max=720: at effective batch size 64 (the baseline's 32) an epoch takes 0.5x the optimizer "
+                    "steps; if it counts optimizer steps, scale it by 0.5 (the export keeps it; a schedule your code sizes from "
+                    "trainer.estimated_stepping_batches follows by itself)")
+    # the config's own value wins; class_path/init_args sections and several names alike
+    doc = {"model": {"class_path": "m.Net", "init_args": {"cosine_t_max": 1000, "warmup_steps": 50, "sched": {"class_path": "x.StepLR"}}},
+           "data": {"milestones": [30, 60], "num_workers": 2}}
+    (line,) = step_length_lines(doc, signature, 64, 16)
+    assert line.startswith("lr schedule: model.cosine_t_max=1000, model.warmup_steps=50, data.milestones=[30, 60]: at effective batch size "
+                           "16 (the baseline's 64) an epoch takes 4x the optimizer steps; if they count optimizer steps, scale them by 4")
+    assert step_length_lines(doc, signature, 32, 32) == []  # the baseline's effective batch: the same steps per epoch
+    assert step_length_lines({"model": {"hidden": 300, "use_steps": True, "t_max": 0}}, {}, 32, 64) == []  # no count by that name
+
+
 def test_the_export_scales_the_user_s_scheduler_with_max_steps_and_leaves_the_study_s_config_alone(tmp_path):
     from autotune.study.publish import export_study
     from autotune.study.settings import settings_of
