@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
-from autotune.loader import CLI_TOP_KEYS, FIT_KEYS, top_key_hint
+from autotune.loader import CLI_TOP_KEYS, FIT_KEYS, looks_like_space, top_key_hint
 
 __all__ = [
     "Built",
@@ -382,8 +383,14 @@ def build(
             text = text if len(text) <= 300 else text[:297] + "..."
             # a misspelled top-level key (lr_schedulr:) is refused by one of its nested options: name the key
             strange = [k for k in document if k not in CLI_TOP_KEYS and any(f"'{k}." in line or f"'{k}'" in line for line in lines)]
+            if looks_like_space(document):
+                raise UsageError(
+                    f"--config {config_file or ''} looks like a search space (knobs with choices or low/high), not a LightningCLI "
+                    "config: pass it with --space"
+                ) from None
+            hint = _option_hint(lines, {"model": model_class, "data": datamodule_class})
             raise UsageError(
-                f"LightningCLI refused the config: {text}{_given_and_choices(lines)}"
+                f"LightningCLI refused the config: {text}{hint}{_given_and_choices(lines)}"
                 f"{f'; {strange[0]!r} is not a top-level key of a LightningCLI config' + top_key_hint(strange[:1]) if strange else ''}"
                 f"; fix --config{' ' + str(config_file) if config_file else ''} (or the model's constructor arguments)"
             ) from None
@@ -393,6 +400,56 @@ def build(
         callbacks += extra if isinstance(extra, list) else [extra] if extra is not None else []
     dumped = cli.parser.dump(cli.config, skip_none=False, format="json")
     return Built(cli.model, cli.datamodule, cli.autotune_trainer, callbacks, json.loads(dumped), parser_links(cli.parser))
+
+
+#: jsonargparse's refusal of an unknown nested key, and of a ``class_path`` whose module lacks the class.
+_UNKNOWN_OPTION = re.compile(r"Group '(?P<group>model|data|trainer)' does not accept option '(?P<option>\w+)'")
+_NO_CLASS = re.compile(r"module '(?P<module>[\w.]+)' has no attribute '(?P<name>\w+)'")
+_CLASS_OPTION = re.compile(r"Problem with given class_path '(?P<path>[\w.]+)': Option '(?P<option>\w+)' is not accepted")
+
+
+def _option_hint(lines: Sequence[str], classes: Mapping[str, Any]) -> str:
+    """``" (did you mean 'hidden'?)"`` for a mistyped constructor argument of the model, data module or
+    Trainer, or under a ``class_path``'s ``init_args`` (the class's ``__init__`` parameters), or a
+    mistyped class of a ``class_path`` (the module's classes); ``""`` when nothing is close. helper-31's ``hiden``, ``max_epoch`` and ``EarlyStoping``
+    had been refused with no guess, where a mistyped top-level key got one."""
+    import importlib
+    import inspect
+
+    from autotune.errors import did_you_mean
+
+    def guess(value: str, names: Sequence[str]) -> str:
+        close = did_you_mean(value, names)  # "; did you mean 'x'?"
+        return f" ({close.removeprefix('; ')})" if close else ""
+
+    def arguments(cls: Any) -> list[str]:
+        try:
+            return [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "args", "kwargs")]
+        except (TypeError, ValueError):
+            return []
+
+    text = " ".join(lines)
+    if (m := _UNKNOWN_OPTION.search(text)) is not None:
+        cls: Any = classes.get(m["group"])
+        if m["group"] == "trainer":
+            from lightning.pytorch import Trainer
+
+            cls = Trainer
+        return guess(m["option"], arguments(cls))
+    if (m := _CLASS_OPTION.search(text)) is not None:  # an init_args key of a class_path section
+        module, _, name = m["path"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception:
+            return ""
+        return guess(m["option"], arguments(cls))
+    if (m := _NO_CLASS.search(text)) is not None:
+        try:
+            module = importlib.import_module(m["module"])
+        except Exception:
+            return ""
+        return guess(m["name"], [n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_")])
+    return ""
 
 
 def _given_and_choices(lines: Sequence[str]) -> str:

@@ -231,6 +231,12 @@ CLI_EXTRA_KEYS = ("seed_everything", *FIT_KEYS, "optimizer", "lr_scheduler")
 CLI_TOP_KEYS = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
 
 
+def looks_like_space(document: Mapping[str, Any]) -> bool:
+    """Whether a config's every top-level value is a knob's range (``choices``, or ``low`` and ``high``):
+    a search space file given as ``--config`` (helper-31)."""
+    return bool(document) and all(isinstance(v, Mapping) and ("choices" in v or {"low", "high"} <= set(v)) for v in document.values())
+
+
 def top_key_hint(keys: Sequence[str]) -> str:
     """``" (did you mean 'lr_scheduler'?)"`` (one key) or ``" (did you mean 'lr_scheduler' for 'lr_schedulr', ...)"``: the closest LightningCLI top-level key
     (:data:`CLI_TOP_KEYS`, :func:`difflib.get_close_matches`) to each of ``keys`` that has one, or ``""``."""
@@ -295,6 +301,10 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
         raise UsageError(f"{path}: expected a mapping with trainer:/model:/data: sections")
     allowed = CLI_TOP_KEYS
     unknown = sorted(set(data) - set(allowed))
+    if unknown and strict and looks_like_space(data):
+        raise UsageError(
+            f"--config {path} looks like a search space (knobs with choices or low/high), not a LightningCLI config: pass it with --space"
+        )
     if unknown and strict:
         raise UsageError(f"{path}: unknown top-level key(s) {unknown}{top_key_hint(unknown)}; a LightningCLI config has {list(allowed)}")
     out = dict(empty)

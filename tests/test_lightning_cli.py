@@ -288,6 +288,40 @@ def test_a_typo_inside_class_path_init_args_names_the_class_and_the_reason(tmp_p
     assert len(line.splitlines()) == 1 and "Problem with given class_path 'model.Classifier" in line and reason in line, line
 
 
+def test_a_mistyped_argument_or_class_in_the_config_gets_a_did_you_mean_and_a_space_file_is_named(tmp_path, monkeypatch):
+    """helper-31: `hiden:`, `max_epoch:` and `EarlyStoping` were refused with no guess, where a mistyped
+    top-level key got one; a search space given as --config read as 'not a top-level key'."""
+    from lightning.pytorch.cli import LightningCLI
+
+    from autotune.errors import UsageError
+    from autotune.lightning_cli import build
+    from autotune.loader import read_user_config
+
+    project = _project(tmp_path, "cli_project")
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "model", raising=False)  # another test's model.py, imported in this process
+    from model import Blobs, Classifier
+
+    config = (project / "config.yaml").read_text()
+    for old, new, hint in [
+        ("    batch_size: 32", "    batch_sise: 32", "Option 'batch_sise' is not accepted (did you mean 'batch_size'?)"),  # init_args
+        ("  max_epochs: 100", "  max_epoch: 100", "Group 'trainer' does not accept option 'max_epoch' (did you mean 'max_epochs'?)"),
+        ("callbacks.ModelCheckpoint", "callbacks.ModelCheckpiont", "has no attribute 'ModelCheckpiont' (did you mean 'ModelCheckpoint'?)"),
+        ("class_path: torch.optim.Adam\n", "class_path: torch.optim.RMSProp\n", "has no attribute 'RMSProp' (did you mean 'RMSprop'?)"),
+    ]:
+        assert old in config, old
+        (project / "bad.yaml").write_text(config.replace(old, new, 1))
+        with pytest.raises(UsageError) as refused:
+            build(LightningCLI, Classifier, Blobs, read_user_config(project / "bad.yaml")["document"], {}, 0, tmp_path, "bad.yaml")
+        assert hint in str(refused.value) and str(refused.value).endswith("; fix --config bad.yaml (or the model's constructor arguments)")
+    (project / "bad.yaml").write_text(config.replace("  max_epochs: 100", "  zzzzzz: 100", 1))
+    with pytest.raises(UsageError, match=r"does not accept option 'zzzzzz'; fix --config"):  # nothing alike: no guess
+        build(LightningCLI, Classifier, Blobs, read_user_config(project / "bad.yaml")["document"], {}, 0, tmp_path, "bad.yaml")
+    (project / "space.yaml").write_text("batch_size: {choices: [16, 32]}\nlr: {low: 0.001, high: 0.1, log: true}\n")
+    with pytest.raises(UsageError, match=r"^--config .*space.yaml looks like a search space .*: pass it with --space$"):
+        read_user_config(project / "space.yaml")
+
+
 def test_a_bad_trainer_value_names_the_value_and_the_accepted_ones(tmp_path, cli):
     """A new user's ``precision: 32-ture`` was refused as "Does not validate against any of the Union
     subtypes", naming neither the value nor what is accepted."""

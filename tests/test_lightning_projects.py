@@ -15,7 +15,7 @@ def test_manual_optimization_without_monitor_fails_the_baseline_with_one_line_na
     r = cli("search", MODELS / "manual_gan.py", *SMALL, "--storage", f"sqlite:///{db}", "--quiet")
     assert r.returncode == 2, r.stderr  # bad input: --monitor names no metric the model logs
     reason = "the judged metric 'val_loss' was never logged, and training_step returns no loss; logged: ['d_loss', 'g_loss']; give --monitor NAME"
-    assert f"  -> FAIL: {reason}\n" in r.stdout  # the trial's line, whole on one line
+    assert f"trial 0 -> FAIL: {reason}\n" in r.stdout  # the trial's line, whole on one line (--quiet: it names its trial)
     assert r.stderr.startswith(f"autotune: error: the baseline trial 0 (the model's own config) failed: {reason};")
     assert "run the same command with --monitor NAME, NAME one of the metrics it logged" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
