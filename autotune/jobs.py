@@ -239,6 +239,12 @@ def keep_allotment(hardware: Hardware, devices: int, earlier: Sequence[int]) -> 
             f"earlier trials did (other work kept a core busy then), so that samples/s compare across its runs; "
             f"{ENV_BUSY_CORES}=none uses every core (a new study then compares its own trials)",
         )
+    if len(earlier) < len(mine):  # cores this process may not use (another machine, another affinity)
+        return (
+            "warn",
+            f"resumed study: its earlier trials ran on {_cores(earlier)}, which this process may not use; this run's run on "
+            f"{_cores(mine)}: samples/s of the two do not compare; {ENV_BUSY_CORES} names cores to leave out",
+        )
     return (
         "warn",
         f"resumed study: its earlier trials ran on {_cores(earlier)}, this run's on {_cores(mine)} (other work keeps a core busy now): "

@@ -112,6 +112,9 @@ def test_a_resumed_study_runs_its_trials_on_as_many_cores_as_its_earlier_ones(mo
     assert kind == "warn" and line.startswith("resumed study: its earlier trials ran on cores 0-1, this run's on core 0 (other work keeps")
     assert "AUTOTUNE_BUSY_CORES=none runs on every core" in line
     assert keep_allotment(cpu2, 1, [0]) is None  # as many cores as before (another one): nothing to do
+    monkeypatch.setattr(jobs, "_BUSY", {})
+    kind, line = keep_allotment(cpu2, 1, [7])  # a core this process may not use (another machine)
+    assert kind == "warn" and line.startswith("resumed study: its earlier trials ran on core 7, which this process may not use;")
     monkeypatch.setenv(ENV_BUSY_CORES, "none")  # the user's word rules
     monkeypatch.setattr(jobs, "_BUSY", {})
     assert keep_allotment(cpu2, 1, [1]) is None and jobs._BUSY == {}
