@@ -347,7 +347,9 @@ def unpaired_text(trial: Any, baseline: Any) -> str:
     text += " in single unpaired runs (not confirmed)"
     mine, theirs = trial.user_attrs.get("time_to_target"), baseline.user_attrs.get("time_to_target")
     if _other_math(trial, baseline) and mine and theirs:  # what a race of other math would judge: helper-32 read 1.20x for 1.01x
-        text += f"; {theirs / mine:.2f}x sooner to the baseline's training loss, the figure that counts for a config of other math"
+        ratio = theirs / mine
+        how = f"{ratio:.2f}x sooner" if ratio >= 1.005 else f"{ratio:.2f}x as fast"
+        text += f"; {how} to the baseline's training loss, the figure that counts for a config of other math"
     if is_busy(baseline.user_attrs):
         taken = baseline.user_attrs["other_cpu_fraction"]
         text += (
@@ -392,7 +394,8 @@ def quality_line(trial: Any, baseline: Any) -> str | None:
             f" (single unpaired runs; the baseline trial ran while other processes took {baseline.user_attrs['other_cpu_fraction']:.0%} "
             "of the CPU, so this likely overstates it)"
         )
-    return f"{line} vs {theirs:.3g} s for the baseline = {theirs / mine:.2f}x faster{which}"
+    ratio = theirs / mine
+    return f"{line} vs {theirs:.3g} s for the baseline = {ratio:.2f}x {'faster' if ratio >= 1.005 else 'as fast'}{which}"
 
 
 def mfu_text(mfu: float) -> str:

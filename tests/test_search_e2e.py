@@ -308,7 +308,7 @@ def test_confirmation_races_the_best_configs_in_alternating_pairs_stops_early_an
     second = [t for t in runs if t.user_attrs["pair_of"] != candidate]
     assert second and all(t.user_attrs["incumbent"] == candidate for t in second)  # the winner is the incumbent now
     assert f"race: trial {second[0].user_attrs['pair_of']}'s config" in r.stdout
-    assert f"confirming: racing 2 config(s) (trials {candidate}, {second[0].user_attrs['pair_of']}, in that order: " in r.stdout
+    assert f"confirming: racing 2 config(s) (trials {candidate}, {second[0].user_attrs['pair_of']}, in that order) against " in r.stdout
     assert "recommended: trial " in r.stdout and "x faster [" in r.stdout
     # a third run continues from the stored races: a decided race is not run again
     r = cli(*args, "--trials", 1, "--confirm-share", 0.9, env=slow, check_rc=0)

@@ -308,10 +308,11 @@ def race_candidates(
     given = samples  # --confirm-samples: every race runs at it, whatever its math
     ranked = candidates
     candidates = same_math_first(study, settings, candidates, base, share, outside) if not given else candidates
+    # (helper-33 could not parse a line that gave the whole ordering rule: docs/objectives.md does)
     order = (
-        "the best one's pairs do not fit the budget, so one of the baseline's math, which races on shorter runs, goes first"
+        "; one of the baseline's math first: it races on shorter runs, and the best one's pairs do not fit"
         if candidates[0] is not ranked[0]
-        else "the best by the search's figures first, one of other math that reached the baseline's loss later in its search run after the others"
+        else ""
     )
     samples, source = confirm_samples(study, settings, samples, candidates[0], base, share, outside)
     search_s, spent, allowed = confirm_budget(study, share, outside)
@@ -328,7 +329,7 @@ def race_candidates(
     other_math = f"; a config of other math on runs of {lengths}, its loss being judged at --samples or later" if others else ""
     ui.stage(
         f"confirming: racing {len(candidates)} config(s) (trial{'s' if len(candidates) > 1 else ''} {', '.join(str(c.number) for c in candidates)}, "
-        f"in that order: {order}) against {against} in pairs of back-to-back runs "
+        f"in that order{order}) against {against} in pairs of back-to-back runs "
         f"(up to {cap} pairs each; a clear win is decided at 1 or {MIN_PAIRS}, anything else at {MIN_PAIRS} or more) of {samples:,} training samples ({source}{other_math}); budget {allowed:.0f} s "
         f"({share:.0%} of the run: {search_s:.0f} s of search and set-up, {spent:.0f} s confirmed so far; --confirm 0 skips this)",
         0,

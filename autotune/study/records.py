@@ -385,7 +385,9 @@ def recommendation(study, settings: StudySettings, trials: list | None = None):
     baseline by its paired run closest to its median in its first race (both at the confirmation
     budget); when no race was won, the baseline is recommended (at 1.00x) as its search trial, which
     trained the study's whole ``--samples`` (a paired run may have been shorter: a same-math race's), and
-    it is the baseline too. Without paired runs: the best single search trial and the baseline trial.
+    it is the baseline too. Without paired runs: the best single search trial and the baseline trial;
+    under ``throughput`` and ``goodput`` not one of other math whose search run was slower to the
+    study's loss target than the baseline's (:func:`_slower_to_target`: what a race judges it on).
 
     Args:
         trials: A snapshot of ``study.get_trials()`` to read (else a fresh one); the two trials
@@ -405,7 +407,13 @@ def recommendation(study, settings: StudySettings, trials: list | None = None):
         if confirmed.baseline_run is not None:
             baseline = by_number[confirmed.baseline_run]
         return by_number[confirmed.chosen_run], baseline
-    best = recommend(_search_records(study, every), baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
+    records = _search_records(study, every)
+    if settings.objective in ("throughput", "goodput") and baseline is not None:
+        # a config of other math slower to the baseline's training loss in its own run is no speed-up to
+        # that loss, whatever its samples/s: a race would reject it (helper-33's --confirm 0 recommended
+        # batch 64 at 1.38x samples/s and 0.62x to the loss)
+        records = [r for r in records if not _slower_to_target(by_number[r.number], baseline)]
+    best = recommend(records, baseline_info["loss"], settings.loss_tolerance, settings.objective, settings.mode)
     return (by_number[best.number] if best else None), baseline
 
 

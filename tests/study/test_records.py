@@ -391,3 +391,20 @@ def test_a_near_tie_of_the_baseline_s_math_is_raced_only_when_no_other_candidate
     faster = add(study, 150.0, 1.0, batch_size=64)  # another candidate: the budget goes to it, not to the near tie
     assert [t.number for t in confirm_candidates(study, settings, 3)] == [faster.number]
     assert far.number not in [t.number for t in confirm_candidates(study, settings, 3)]
+
+
+def test_an_unconfirmed_recommendation_is_never_a_config_of_other_math_slower_to_the_baseline_s_loss():
+    # helper-33: --confirm 0 recommended batch 64 at 1.38x the baseline's samples/s, which its own header
+    # then called 0.62x as fast to the baseline's training loss, the figure a race would judge it on
+    study = make_study()
+    base = add(study, 1000.0, 1.0, baseline=True, attrs={"time_to_target": 1.07, "target_reached": True})
+    later = add(study, 1380.0, 1.03, batch_size=64, lr=0.0707, attrs={"time_to_target": 1.73, "target_reached": False})
+    workers = add(study, 1100.0, 1.0, num_workers=2, attrs={"time_to_target": 0.98, "target_reached": True})  # the same math
+    recommended, baseline = recommendation(study, _settings(study))
+    assert (recommended.number, baseline.number) == (workers.number, base.number) and later.number != recommended.number
+    sooner = add(study, 1300.0, 1.02, batch_size=32, lr=0.07, attrs={"time_to_target": 0.8, "target_reached": True})
+    assert recommendation(study, _settings(study))[0].number == sooner.number  # other math, sooner to the loss: it counts
+    blind = make_study()  # no loss curve, no time to the target: samples/s alone, as before
+    add(blind, 1000.0, 1.0, baseline=True)
+    bigger = add(blind, 1380.0, 1.03, batch_size=64, lr=0.0707)
+    assert recommendation(blind, _settings(blind))[0].number == bigger.number
