@@ -25,6 +25,7 @@ from autotune.errors import UsageError
 from autotune.hardware import Hardware
 
 __all__ = [
+    "ALLOTMENT_ATTR",
     "ENV_BUSY_CORES",
     "ENV_OVERSUBSCRIBE",
     "Slot",
@@ -37,6 +38,7 @@ __all__ = [
     "oversubscribe",
     "plan_slots",
     "prestart",
+    "study_allotment",
     "this_run_cores",
     "usable_cpus",
 ]
@@ -251,6 +253,29 @@ def keep_allotment(hardware: Hardware, devices: int, earlier: Sequence[int]) -> 
         f"samples/s of the two do not compare; {ENV_BUSY_CORES}=none runs on every core as they did (beside the busy one), "
         "or resume when the machine is as it was",
     )
+
+
+#: Study attribute: the CPU cores a one-job search's trials ran on, set by its first run
+#: (:func:`study_allotment`).
+ALLOTMENT_ATTR = "cpu_allotment"
+
+
+def study_allotment(study: Any, settings: Any, jobs: int, ui: Any) -> None:
+    """Keep a resumed one-job CPU study's trials on as many cores as its earlier ones
+    (:func:`keep_allotment`), and say so; a study's first run records its cores
+    (:data:`ALLOTMENT_ATTR`; a study with trials from before the record is left as it is). ``study``: an
+    Optuna study; ``settings``: its :class:`autotune.study.settings.StudySettings`."""
+    hardware = Hardware.from_dict(settings.hardware)
+    if jobs != 1 or hardware.accelerator == "gpu":
+        return
+    earlier = study.user_attrs.get(ALLOTMENT_ATTR)
+    if earlier is None:
+        if not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):
+            study.set_user_attr(ALLOTMENT_ATTR, this_run_cores(hardware, int(settings.devices)))
+        return
+    said = keep_allotment(hardware, int(settings.devices), earlier)
+    if said is not None:
+        (ui.info if said[0] == "info" else ui.warn)(said[1])
 
 
 def keep_cores(cores: Sequence[int], why: str) -> None:

@@ -19,7 +19,7 @@ from autotune.summary import (
     quality_line,
     samples_ratio,
 )
-from autotune.table_fit import TableColumn, fitted_table
+from autotune.table_fit import TableColumn, fitted_table, terminal_console
 
 if TYPE_CHECKING:
     from autotune.study.settings import StudySettings
@@ -282,7 +282,7 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
                 return True
 
         return yaml.dump(list(map(dict, rows)), Dumper=_NoAliases, sort_keys=False)
-    console = console or _console()
+    console = console or terminal_console()
     # the loss column is named after what it holds when every row's figure is the same metric (val_acc under --monitor val_acc)
     sources = {row.get("loss_source") for row in rows if row.get("loss") is not None}
     loss_label = str(sources.pop()) if len(sources) == 1 and None not in sources else "loss"
@@ -309,57 +309,6 @@ def render_rows(rows: Sequence[Mapping[str, Any]], fmt: str, console=None, title
     return None
 
 
-#: Width (terminal columns) of output to a pipe or a file when ``$COLUMNS`` is not set.
-_PIPE_WIDTH = 160
-
-
-def _console(stderr: bool = False):
-    import errno
-    import os
-    import sys
-
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    # a terminal's width, or $COLUMNS (rich reads it); CI logs and pipes without $COLUMNS get wide,
-    # plain lines instead of rich's default 80 columns
-    width = None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else _PIPE_WIDTH
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            """The reader went away (``| head``): print nothing more, and leave the exit to
-            :func:`autotune.cli.main` (code 141, as every command) instead of rich's exit with code 1;
-            a search or worker first stops as Ctrl-C does (:func:`autotune.errors.stop_for_closed_output`)."""
-            from autotune.errors import stop_for_closed_output
-
-            self.quiet = True
-            if stderr or not stop_for_closed_output():
-                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-    # messages are one line each however narrow the width (greppable logs); only tables fit it
-    return _Console(stderr=stderr, highlight=False, width=width, soft_wrap=True)
-
-
-def run_again(trials: Sequence[Any]) -> dict[int, int]:
-    """``{failed trial: the later trial that ran its config again}``: an interrupted trial queued again
-    (``retry_of``), or a race's paired run queued again after it failed (the same race, pair and role:
-    :func:`autotune.study.races.races_of`). A summary that listed an interrupted trial only as failed
-    read as a measurement lost (helper-31)."""
-    again: dict[int, int] = {}
-    slots: dict[tuple, int] = {}
-    for t in trials:
-        attrs = t.user_attrs
-        if attrs.get("retry_of") is not None:
-            again.setdefault(int(attrs["retry_of"]), t.number)
-        if "pair_of" in attrs:
-            key = tuple(attrs.get(k) for k in ("incumbent", "pair_of", "pair_index", "confirm_of", "confirm_samples", "confirm_budget"))
-            if key in slots:  # the failed try before it
-                again.setdefault(slots.pop(key), t.number)
-            if t.state.name == "FAIL":
-                slots[key] = t.number
-    return again
-
-
 class ConsoleUI:
     """Messages of a running search: one line per trial start and end, warnings, the summary.
 
@@ -368,7 +317,7 @@ class ConsoleUI:
     """
 
     def __init__(self, quiet: bool = False):
-        self.console = _console()
+        self.console = terminal_console()
         self.quiet = quiet
 
     def info(self, message: str) -> None:
@@ -469,6 +418,8 @@ class ConsoleUI:
         render_rows(shown, "table", self.console, title=title)
         # (a batch larger than an epoch is not run, and its one line was printed when the bound was found)
         # a pruned trial (stopped early, or not run: a duplicate, a predicted OOM, a failed class) did not fail
+        from autotune.study.records import run_again
+
         again = run_again(every)  # a failed try queued again (interrupted, or a race's paired run): not a measurement lost
         for state, what in (("FAIL", "failed"), ("PRUNED", "pruned or not run")):
             ended = [r for r in rows if r["state"] == state and r["fail_kind"] != FailKind.BATCH_ABOVE_EPOCH]
@@ -567,7 +518,7 @@ class ConsoleUI:
 
 def make_ui(quiet: bool = False) -> ConsoleUI:
     """:class:`autotune.live.LiveUI` on a terminal, else (pipes, CI logs, ``--quiet``) the line-by-line :class:`ConsoleUI`."""
-    console = _console()
+    console = terminal_console()
     if console.is_terminal and not quiet:
         from autotune.live import LiveUI
 

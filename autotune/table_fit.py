@@ -1,11 +1,12 @@
-"""A trial table fitted to the terminal's width: columns left out by rank, free text wrapped (rich)."""
+"""A trial table fitted to the terminal's width: columns left out by rank, free text wrapped (rich); and
+the console that output goes to (:func:`terminal_console`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["TableColumn", "fitted_table"]
+__all__ = ["TableColumn", "fitted_table", "terminal_console"]
 
 
 class TableColumn(NamedTuple):
@@ -111,3 +112,36 @@ def fitted_table(
     for cells, row_style in rows:
         table.add_row(*(Text(cells[i], no_wrap=not columns[i].text) for i in keep), style=row_style)
     return table
+
+
+#: Width (terminal columns) of output to a pipe or a file when ``$COLUMNS`` is not set.
+_PIPE_WIDTH = 160
+
+
+def terminal_console(stderr: bool = False):
+    """A rich Console for stdout (or stderr): the terminal's width, ``$COLUMNS``, else :data:`_PIPE_WIDTH`
+    in a pipe; one line per message; a reader that went away stops output as Ctrl-C does."""
+    import errno
+    import os
+    import sys
+
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # a terminal's width, or $COLUMNS (rich reads it); CI logs and pipes without $COLUMNS get wide,
+    # plain lines instead of rich's default 80 columns
+    width = None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else _PIPE_WIDTH
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """The reader went away (``| head``): print nothing more, and leave the exit to
+            :func:`autotune.cli.main` (code 141, as every command) instead of rich's exit with code 1;
+            a search or worker first stops as Ctrl-C does (:func:`autotune.errors.stop_for_closed_output`)."""
+            from autotune.errors import stop_for_closed_output
+
+            self.quiet = True
+            if stderr or not stop_for_closed_output():
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    # messages are one line each however narrow the width (greppable logs); only tables fit it
+    return _Console(stderr=stderr, highlight=False, width=width, soft_wrap=True)

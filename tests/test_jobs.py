@@ -91,7 +91,7 @@ def test_a_resumed_study_runs_its_trials_on_as_many_cores_as_its_earlier_ones(mo
     from study.helpers import make_study
 
     import autotune.jobs as jobs
-    from autotune.study.search import ALLOTMENT_ATTR, study_allotment
+    from autotune.jobs import ALLOTMENT_ATTR, study_allotment
 
     cpu2 = Hardware("cpu", 0, "cpu", 2, True, 16.0)
     monkeypatch.setattr(jobs, "usable_cpus", lambda: [0, 1])

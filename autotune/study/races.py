@@ -373,3 +373,33 @@ def _median_run(race: Race, role: str, by_number: dict[int, Any], objective: str
     finite = [v for v in values if math.isfinite(v)]
     middle = statistics.median(finite) if finite else math.nan
     return min(zip(numbers, values), key=lambda nv: abs(nv[1] - middle) if math.isfinite(nv[1]) else math.inf)[0]
+
+
+def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, incumbent, candidate) -> float | None:
+    """The loss at which a race's runs stop, or ``None`` (they train their whole budget).
+
+    A race of a candidate of other math than the incumbent (another effective batch, lr or constructor
+    arguments) under ``throughput`` or ``goodput`` is judged on each run's seconds to the study's loss
+    target (:func:`autotune.study.races.judge_race`), so each run stops once its training loss,
+    averaged over the window the target was set with (the last tenth of ``--samples``), reaches that target, as MLPerf's time-to-train stops
+    at its quality target: the rest of the run would measure nothing the verdict reads. A run that never
+    reaches it trains its whole budget. Only a one-process trial (``--devices 1``, one node) stops
+    early: the ranks of a DDP trial would have to agree on the step.
+
+    Args:
+        settings: The study's settings.
+        baseline_info: The study's baseline attribute (its ``loss_target``: the baseline's smoothed
+            training loss at the end of its budget plus the loss tolerance).
+        incumbent, candidate: The two configs' search trials (frozen).
+    """
+    from autotune.config import TrialConfig
+    from autotune.study.math_class import is_preserving
+
+    target = (baseline_info or {}).get("loss_target")
+    if settings.objective not in ("throughput", "goodput") or target is None or not math.isfinite(float(target)):
+        return None
+    if int(settings.devices) * int(settings.num_nodes or 1) != 1:
+        return None
+    if is_preserving(TrialConfig.from_dict(candidate.user_attrs["config"]), TrialConfig.from_dict(incumbent.user_attrs["config"])):
+        return None
+    return float(target)

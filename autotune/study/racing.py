@@ -36,7 +36,7 @@ from typing import Any
 from autotune.jobs import SlotPools
 from autotune.paired import MIN_PAIRS, PLANNED_PAIRS, fit_samples, runs_first
 from autotune.study.queue import drain_queue
-from autotune.study.races import Race, budget_of, races_of, won_chain
+from autotune.study.races import Race, budget_of, races_of, stop_target, won_chain
 from autotune.study.records import LONGER_FACTOR, UNRACED_ATTR, UNRACED_CANDIDATES_ATTR, _budget, confirm_candidates, is_longer
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.summary import behind_on_loss, race_line
@@ -221,36 +221,6 @@ def short_samples(settings: StudySettings, candidate: Any, incumbent: Any) -> in
     if not is_preserving(cand, inc):
         return max(1, settings.samples)
     return max(1, min(settings.samples, SYSTEM_STEPS * max(cand.effective_batch_size, inc.effective_batch_size)))
-
-
-def stop_target(settings: StudySettings, baseline_info: dict[str, Any] | None, incumbent, candidate) -> float | None:
-    """The loss at which a race's runs stop, or ``None`` (they train their whole budget).
-
-    A race of a candidate of other math than the incumbent (another effective batch, lr or constructor
-    arguments) under ``throughput`` or ``goodput`` is judged on each run's seconds to the study's loss
-    target (:func:`autotune.study.races.judge_race`), so each run stops once its training loss,
-    averaged over the window the target was set with (the last tenth of ``--samples``), reaches that target, as MLPerf's time-to-train stops
-    at its quality target: the rest of the run would measure nothing the verdict reads. A run that never
-    reaches it trains its whole budget. Only a one-process trial (``--devices 1``, one node) stops
-    early: the ranks of a DDP trial would have to agree on the step.
-
-    Args:
-        settings: The study's settings.
-        baseline_info: The study's baseline attribute (its ``loss_target``: the baseline's smoothed
-            training loss at the end of its budget plus the loss tolerance).
-        incumbent, candidate: The two configs' search trials (frozen).
-    """
-    from autotune.config import TrialConfig
-    from autotune.study.math_class import is_preserving
-
-    target = (baseline_info or {}).get("loss_target")
-    if settings.objective not in ("throughput", "goodput") or target is None or not math.isfinite(float(target)):
-        return None
-    if int(settings.devices) * int(settings.num_nodes or 1) != 1:
-        return None
-    if is_preserving(TrialConfig.from_dict(candidate.user_attrs["config"]), TrialConfig.from_dict(incumbent.user_attrs["config"])):
-        return None
-    return float(target)
 
 
 def race_candidates(

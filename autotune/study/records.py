@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -450,3 +450,23 @@ def speed_of(confirmed: Any) -> dict[str, Any] | None:
         "timed": any(r.verdict.timed for r in confirmed.won),
         "races": len(confirmed.won),
     }
+
+
+def run_again(trials: Sequence[Any]) -> dict[int, int]:
+    """``{failed trial: the later trial that ran its config again}``: an interrupted trial queued again
+    (``retry_of``), or a race's paired run queued again after it failed (the same race, pair and role:
+    :func:`autotune.study.races.races_of`). A summary that listed an interrupted trial only as failed
+    read as a measurement lost (helper-31)."""
+    again: dict[int, int] = {}
+    slots: dict[tuple, int] = {}
+    for t in trials:
+        attrs = t.user_attrs
+        if attrs.get("retry_of") is not None:
+            again.setdefault(int(attrs["retry_of"]), t.number)
+        if "pair_of" in attrs:
+            key = tuple(attrs.get(k) for k in ("incumbent", "pair_of", "pair_index", "confirm_of", "confirm_samples", "confirm_budget"))
+            if key in slots:  # the failed try before it
+                again.setdefault(slots.pop(key), t.number)
+            if t.state.name == "FAIL":
+                slots[key] = t.number
+    return again

@@ -21,7 +21,7 @@ from autotune.config import TrialConfig
 from autotune.errors import Interrupted, StudyMismatchError, UsageError
 from autotune.export import config_from_lightning_cli
 from autotune.hardware import Hardware
-from autotune.jobs import SlotPools, keep_allotment, machine_slots, measure_busy_cores, prestart, this_run_cores
+from autotune.jobs import SlotPools, machine_slots, measure_busy_cores, prestart, study_allotment
 from autotune.loader import check_model_file
 from autotune.nodes import LeaderChannel, node_identity
 from autotune.objective import directions
@@ -434,28 +434,6 @@ def _continue(
         else:
             ran += drain(add=held, seeds=seeds)
     return ran
-
-
-#: Study attribute: the CPU cores a one-job search's trials ran on, set by its first run
-#: (:func:`study_allotment`).
-ALLOTMENT_ATTR = "cpu_allotment"
-
-
-def study_allotment(study, settings: StudySettings, jobs: int, ui: UI) -> None:
-    """Keep a resumed one-job CPU study's trials on as many cores as its earlier ones
-    (:func:`autotune.jobs.keep_allotment`), and say so; a study's first run records its cores
-    (:data:`ALLOTMENT_ATTR`; a study with trials from before the record is left as it is)."""
-    hardware = Hardware.from_dict(settings.hardware)
-    if jobs != 1 or hardware.accelerator == "gpu":
-        return
-    earlier = study.user_attrs.get(ALLOTMENT_ATTR)
-    if earlier is None:
-        if not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):
-            study.set_user_attr(ALLOTMENT_ATTR, this_run_cores(hardware, int(settings.devices)))
-        return
-    said = keep_allotment(hardware, int(settings.devices), earlier)
-    if said is not None:
-        (ui.info if said[0] == "info" else ui.warn)(said[1])
 
 
 def busy_cores_line(settings: StudySettings, jobs: int, ui: UI) -> None:
