@@ -316,3 +316,9 @@ def nearest_file(path: Path, suffix: str | None = None) -> Path | None:
     stems = {p.name[: len(p.name) - len(suffix)] if suffix else p.stem: p for p in found}
     close = difflib.get_close_matches(path.name[: len(path.name) - len(path.suffix)] if path.suffix else path.name, list(stems), n=1)
     return stems[close[0]] if close else None
+
+
+def file_hint(path: Path, suffix: str | None = None) -> str:
+    """``"; did you mean 'model.py'?"`` for :func:`nearest_file`, else ``""``."""
+    near = nearest_file(path, suffix)
+    return f"; did you mean {str(near)!r}?" if near else ""

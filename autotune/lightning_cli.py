@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ModelFileError, UsageError
-from autotune.loader import CLI_TOP_KEYS, FIT_KEYS, looks_like_space, top_key_hint
+from autotune.loader import CLI_TOP_KEYS, FIT_KEYS, SPACE_AS_CONFIG, looks_like_space, top_key_hint
 
 __all__ = [
     "Built",
@@ -384,10 +384,7 @@ def build(
             # a misspelled top-level key (lr_schedulr:) is refused by one of its nested options: name the key
             strange = [k for k in document if k not in CLI_TOP_KEYS and any(f"'{k}." in line or f"'{k}'" in line for line in lines)]
             if looks_like_space(document):
-                raise UsageError(
-                    f"--config {config_file or ''} looks like a search space (knobs with choices or low/high), not a LightningCLI "
-                    "config: pass it with --space"
-                ) from None
+                raise UsageError(f"--config {config_file or ''} {SPACE_AS_CONFIG}") from None
             hint = _option_hint(lines, {"model": model_class, "data": datamodule_class})
             raise UsageError(
                 f"LightningCLI refused the config: {text}{hint}{_given_and_choices(lines)}"

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from autotune.errors import ModelFileError, UsageError, nearest_file
+from autotune.errors import ModelFileError, UsageError, file_hint
 
 __all__ = [
     "check_model_file",
@@ -44,8 +44,7 @@ def check_model_file(path: str | Path) -> Path:
     """
     path = Path(path)
     if not path.exists():
-        near = nearest_file(path)
-        raise ModelFileError(f"model file {str(path)!r} does not exist{f'; did you mean {str(near)!r}?' if near else ''}")
+        raise ModelFileError(f"model file {str(path)!r} does not exist{file_hint(path)}")
     if path.is_dir() or path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); point autotune at your model.py")
     source = path.read_text(encoding="utf-8", errors="replace")
@@ -231,6 +230,10 @@ CLI_EXTRA_KEYS = ("seed_everything", *FIT_KEYS, "optimizer", "lr_scheduler")
 CLI_TOP_KEYS = ("trainer", "model", "data", *CLI_EXTRA_KEYS)
 
 
+#: What a search space given as ``--config`` is told (:func:`looks_like_space`).
+SPACE_AS_CONFIG = "looks like a search space (knobs with choices or low/high), not a LightningCLI config: pass it with --space"
+
+
 def looks_like_space(document: Mapping[str, Any]) -> bool:
     """Whether a config's every top-level value is a knob's range (``choices``, or ``low`` and ``high``):
     a search space file given as ``--config`` (helper-31)."""
@@ -288,8 +291,7 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
         return empty
     path = Path(path)
     if not path.is_file():
-        near = nearest_file(path)
-        raise UsageError(f"config file {str(path)!r} does not exist{f'; did you mean {str(near)!r}?' if near else ''}")
+        raise UsageError(f"config file {str(path)!r} does not exist{file_hint(path)}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
@@ -302,9 +304,7 @@ def read_user_config(path: str | Path | None, strict: bool = True) -> dict[str, 
     allowed = CLI_TOP_KEYS
     unknown = sorted(set(data) - set(allowed))
     if unknown and strict and looks_like_space(data):
-        raise UsageError(
-            f"--config {path} looks like a search space (knobs with choices or low/high), not a LightningCLI config: pass it with --space"
-        )
+        raise UsageError(f"--config {path} {SPACE_AS_CONFIG}")
     if unknown and strict:
         raise UsageError(f"{path}: unknown top-level key(s) {unknown}{top_key_hint(unknown)}; a LightningCLI config has {list(allowed)}")
     out = dict(empty)

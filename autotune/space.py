@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 from autotune.config import COMPILE_MODES, MATMUL_PRECISIONS, PRECISIONS, STRATEGIES
-from autotune.errors import SpaceError, did_you_mean, nearest_file
+from autotune.errors import SpaceError, did_you_mean, file_hint
 from autotune.knobs import (
     ARG_SECTIONS,
     EXTENDED_KNOBS,
@@ -341,11 +341,7 @@ def find_space(name_or_path: str | Path) -> Path:
         if path.suffix in ("", ".yaml") and candidate.is_file() and str(path.parent) == ".":
             return candidate
     bundled = sorted({p.stem for d in _spaces_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    near = nearest_file(path) if path.suffix else None  # a file of the user's, mistyped
-    if near is not None:
-        hint = f"; did you mean {str(near)!r}?"
-    elif str(path.parent) == "." and path.suffix in ("", ".yaml"):  # a bundled name, mistyped ("extnded")
+    hint = file_hint(path) if path.suffix else ""  # a file of the user's, mistyped
+    if not hint and str(path.parent) == "." and path.suffix in ("", ".yaml"):  # a bundled name, mistyped ("extnded")
         hint = did_you_mean(path.stem, bundled)
-    else:
-        hint = ""
     raise SpaceError(f"space file {str(name_or_path)!r} does not exist{hint}; give a path or one of the bundled spaces {bundled}")
