@@ -12,12 +12,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.input_bound import input_bound_line
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "behind_on_loss",
