@@ -126,18 +126,43 @@ def _run_false(tree: ast.Module, name: str) -> bool:
     return False
 
 
-def _model_argument(tree: ast.Module, name: str) -> str | None:
+def _model_argument(tree: ast.Module, name: str, which: str = "model") -> str | None:
     """The class name the file's call ``name(Model, ...)`` (or ``model_class=Model``) passes, unless
-    the call sets ``subclass_mode_model=True``; ``None`` when there is no such call or no plain name."""
+    the call sets ``subclass_mode_model=True``; ``None`` when there is no such call or no plain name.
+    ``which="datamodule"``: its second argument (``datamodule_class=``) instead."""
+    index, keyword, flag = (0, "model_class", "subclass_mode_model") if which == "model" else (1, "datamodule_class", "subclass_mode_data")
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
             keywords = {kw.arg: kw.value for kw in node.keywords}
-            mode = keywords.get("subclass_mode_model")
+            mode = keywords.get(flag)
             if isinstance(mode, ast.Constant) and mode.value is True:
                 return None
-            arg = node.args[0] if node.args else keywords.get("model_class")
+            arg = node.args[index] if len(node.args) > index else keywords.get(keyword)
             return arg.id if isinstance(arg, ast.Name) else None
     return None
+
+
+def script_module(cli: Mapping[str, Any] | None, model_file: str | Path) -> tuple[Any, str | None]:
+    """The user's LightningCLI script as a module, and the DataModule class name its CLI call passes,
+    when the script is another file than the model file and importing it does not run the CLI (a
+    subclass :func:`find_cli_class` picked, or a ``LightningCLI(...)`` call under ``if __name__ ==
+    "__main__":``); else ``(None, None)``. :func:`autotune.loader.find_classes` takes the DataModule
+    from it when the model file has none.
+
+    Raises:
+        ModelFileError: The script cannot be imported (the message names the exception and the line).
+    """
+    if not cli or Path(cli["file"]).resolve() == Path(model_file).resolve():
+        return None, None
+    try:
+        tree = ast.parse(Path(cli["file"]).read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, OSError, ValueError):
+        return None, None
+    if _called_on_import(tree, cli["name"]) or any(_called_on_import(tree, base) for base in _CLI_BASES):
+        return None, None
+    from autotune.loader import load_user_module
+
+    return load_user_module(cli["file"]), _model_argument(tree, cli["name"], "datamodule")
 
 
 def _imports(tree: ast.Module, module: str) -> bool:
@@ -475,12 +500,23 @@ def load_spec(spec: Mapping[str, Any]):
     from autotune.loader import find_classes, load_user_module, read_user_config
 
     module = load_user_module(spec["model_file"])
-    model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
     if "cli" in spec:
         cli = spec["cli"]
     else:
         found = find_cli_class(spec["model_file"], spec.get("cli_script"))
         cli = found.to_dict() if found else None
+    try:
+        model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
+    except ModelFileError:
+        if spec.get("data_class") is None:
+            raise
+        data_cls = None  # --data names a class of the CLI script: looked for there below
+    if data_cls is None:
+        script, script_data = script_module(cli, spec["model_file"])
+        if script is not None:
+            model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"), script, script_data)
+        elif spec.get("data_class") is not None:
+            find_classes(module, spec.get("model_class"), spec.get("data_class"))  # raises its own error
     user_config = spec.get("user_config") or read_user_config(spec.get("config_file"), strict=cli is None)
     return model_cls, data_cls, user_config, cli
 

@@ -192,11 +192,21 @@ def _choose(kind: str, flag: str, candidates: list[type], name: str | None, path
     return candidates[0] if candidates else None
 
 
-def find_classes(module: ModuleType, model_name: str | None = None, data_name: str | None = None) -> tuple[type, type | None]:
+def find_classes(
+    module: ModuleType,
+    model_name: str | None = None,
+    data_name: str | None = None,
+    script: ModuleType | None = None,
+    script_data: str | None = None,
+) -> tuple[type, type | None]:
     """The LightningModule and LightningDataModule classes of a user module.
 
     Classes defined in the module are preferred; classes it only imports count when it defines none
     (an imported DataModule only when the LightningModule has no ``train_dataloader`` of its own).
+    When the module holds no DataModule at all, those ``script`` (the user's LightningCLI script, another
+    file of the folder) defines or imports count, ``script_data`` (the class its ``LightningCLI(...)``
+    call passes) first: a project whose ``main.py`` runs ``CLI(Model, Data)`` with ``Data`` in
+    ``data.py``, searched as ``autotune search model.py --config config.yaml`` (helper-34).
 
     Returns:
         ``(model_class, datamodule_class_or_None)``.
@@ -212,9 +222,13 @@ def find_classes(module: ModuleType, model_name: str | None = None, data_name: s
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
     own_loaders = is_overridden("train_dataloader", model_cls, parent=lightning_package(model_cls).LightningModule)
-    data_cls = _choose(
-        "LightningDataModule", "--data", _candidates(module, data_bases, data_name is not None or not own_loaders), data_name, path
-    )
+    candidates = _candidates(module, data_bases, data_name is not None or not own_loaders)
+    if not candidates and script is not None and (data_name is not None or not own_loaders) and not _candidates(module, data_bases):
+        candidates = _candidates(script, data_bases)
+        path = f"{path} (nor {getattr(script, '__file__', script.__name__)}, its LightningCLI script)"
+        if data_name is None and len(candidates) > 1 and script_data in [c.__name__ for c in candidates]:
+            data_name = script_data
+    data_cls = _choose("LightningDataModule", "--data", candidates, data_name, path)
     return model_cls, data_cls
 
 

@@ -400,3 +400,99 @@ def test_the_config_lightning_cli_saves_for_a_fit_run_is_accepted_as_is(tmp_path
 
     built = build(LightningCLI, Classifier, Blobs, user["document"], {"data.batch_size": 16}, 0, tmp_path)
     assert built.datamodule.batch_size == 16 and built.config["model"]["init_args"]["encoder"]["init_args"]["hidden"] == 24
+
+
+_SPLIT_MODEL = '''import lightning.pytorch as pl
+import torch
+from torch.nn import functional as F
+
+
+class Net(pl.LightningModule):
+    def __init__(self, num_features: int = 0, lr: float = 0.01):
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(num_features, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.layer(x), y)
+        self.log("train_loss", loss)
+        self.log("ran_num_features", float(self.hparams.num_features))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.layer(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+'''
+
+_SPLIT_DATA = '''import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Features(pl.LightningDataModule):
+    def __init__(self, batch_size: int = 32, num_workers: int = 0, width: int = 8):
+        super().__init__()
+        self.batch_size, self.num_workers, self.num_features = batch_size, num_workers, width
+
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(512, self.num_features, generator=g)
+        y = (x.sum(1) > 0).long()
+        self.train_set, self.val_set = TensorDataset(x[:384], y[:384]), TensorDataset(x[384:], y[384:])
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=128)
+
+
+class Other(Features):
+    pass
+'''
+
+_SPLIT_MAIN = '''from lightning.pytorch.cli import LightningCLI
+
+from data import Features, Other
+from model import Net
+
+
+class SplitCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser):
+        parser.link_arguments("data.num_features", "model.num_features", apply_on="instantiate")
+
+
+if __name__ == "__main__":
+    SplitCLI(Net, Features)
+'''
+
+
+def test_a_datamodule_in_another_file_is_taken_from_the_cli_script_that_imports_it(tmp_path, cli):
+    # helper-34: model.py holds the module, data.py the DataModule, main.py the CLI with a link; the
+    # config's data: section was refused against Lightning's base LightningDataModule
+    project = tmp_path / "split"
+    project.mkdir()
+    (project / "model.py").write_text(_SPLIT_MODEL)
+    (project / "data.py").write_text(_SPLIT_DATA)
+    (project / "main.py").write_text(_SPLIT_MAIN)
+    (project / "config.yaml").write_text("trainer:\n  max_epochs: 2\ndata:\n  width: 6\n")
+    probe = (
+        "import sys; from autotune.lightning_cli import load_spec; spec = {'model_file': 'model.py', 'config_file': 'config.yaml'}\n"
+        "if len(sys.argv) > 1: spec['data_class'] = sys.argv[1]\n"
+        "try:\n    m, d, _, cli = load_spec(spec); print(m.__name__, d.__name__, cli['name'])\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    ran = [subprocess.run([sys.executable, "-c", probe, *args], cwd=project, capture_output=True, text=True, timeout=300)
+           for args in ([], ["Other"], ["Nope"])]
+    assert [r.stdout.strip() for r in ran[:2]] == ["Net Features SplitCLI", "Net Other SplitCLI"], [r.stderr[-2000:] for r in ran]
+    # the class the CLI call passes is taken among the two the script imports; a --data name it lacks names both files
+    assert ran[2].stdout.startswith("ModelFileError") and "Nope" in ran[2].stdout and "main.py" in ran[2].stdout, ran[2].stdout
+    r = cli("search", "model.py", "--config", "config.yaml", "--trials", "1", "--samples", "256", "--study-name", "split", cwd=project)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    trial = load(project / "studies" / "split.db", "split").trials[0]
+    assert trial.state.name == "COMPLETE", trial.user_attrs.get("fail_reason")
+    assert "with SplitCLI from main.py" in r.stdout

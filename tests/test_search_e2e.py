@@ -305,6 +305,8 @@ def test_confirmation_races_the_best_configs_in_alternating_pairs_stops_early_an
         assert [t.user_attrs["confirm_of"] for t in pair] == ([0, candidate] if i % 2 == 0 else [candidate, 0])
         assert all(t.user_attrs["incumbent"] == 0 and t.user_attrs["confirm_samples"] == 1024 for t in pair)
         assert all(t.state.name == "COMPLETE" and t.params == study.trials[t.user_attrs["confirm_of"]].params for t in pair)
+        assert pair[0].user_attrs["pair_run"] == pair[1].user_attrs["pair_run"]  # back to back, in one search run
+    assert len({t.user_attrs["pair_run"] for t in runs}) == 1
     second = [t for t in runs if t.user_attrs["pair_of"] != candidate]
     assert second and all(t.user_attrs["incumbent"] == candidate for t in second)  # the winner is the incumbent now
     assert f"race: trial {second[0].user_attrs['pair_of']}'s config" in r.stdout

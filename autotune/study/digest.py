@@ -41,6 +41,7 @@ DIGEST_KEYS = frozenset(
         "pair_cap",
         "pair_index",
         "pair_of",
+        "pair_run",
         "duplicate_of",
         "fail_kind",
         "feasible",

@@ -26,7 +26,7 @@ from autotune.space import baseline_params, suggest_config
 from autotune.storage import heartbeat_seconds, mask_url, retry_stale_trial
 from autotune.study.options import BASELINE_WAIT, _env_pruner, option_defaults
 from autotune.study.plan import live_runs
-from autotune.study.races import PAIR_ATTRS
+from autotune.study.races import PAIR_ATTRS, PAIR_RUN_ATTR
 from autotune.study.records import _baseline_pending, _first_baseline
 from autotune.study.settings import BASELINE_ATTR, StudySettings
 from autotune.study.tell import _fail_interrupted, after_interrupt
@@ -134,6 +134,7 @@ def drain_queue(
     ctx = _context(settings, ui, jobs, cold, leader, pruner, pools)
     log_dir = ctx.log_dir
     worker = _Worker(study, settings, ctx, budget, time.monotonic() + timeout if timeout else None, follow_runs, stage == "confirm")
+    worker.run_id = run_id
     try:
         ctx.pools.start_all(ctx.slots)
         _run_workers(ctx, worker.work)
@@ -242,6 +243,7 @@ class _Worker:
         self.failed_baseline: list[Any] = []  # the failed baseline trial (None: none was ever queued)
         self.run_start = time.monotonic()
         self.waited_for: set[int] = set()  # other processes' trials this process said it waits for
+        self.run_id: str | None = None  # the search run's id, stored on each paired run it runs (PAIR_RUN_ATTR)
 
     def work(self) -> None:
         ctx, study = self.ctx, self.study
@@ -264,6 +266,8 @@ class _Worker:
             is_baseline = need_baseline or (bool(trial.user_attrs.get("baseline")) and trial.number == _first_baseline(study))
             if trial.user_attrs.get("baseline") and not is_baseline:
                 trial.set_user_attr("baseline_repeat", True)
+            if self.pairs and self.run_id and "pair_of" in trial.user_attrs:  # a pair's halves count only from one run
+                trial.set_user_attr(PAIR_RUN_ATTR, self.run_id)
             frozen = _run_one(
                 study, trial, suggest_config(trial, self.resolved, self.baseline_config), self.settings, is_baseline, ctx.ui, ctx
             )

@@ -29,10 +29,26 @@ from autotune.objective import directions
 from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss
 from autotune.study.settings import StudySettings
 
-__all__ = ["PAIR_ATTRS", "Confirmation", "Race", "budget_of", "confirmation_of", "judge_race", "objective_value", "races_of", "won_chain"]
+__all__ = [
+    "PAIR_ATTRS",
+    "PAIR_RUN_ATTR",
+    "Confirmation",
+    "Race",
+    "budget_of",
+    "confirmation_of",
+    "judge_race",
+    "objective_value",
+    "races_of",
+    "won_chain",
+]
 
 #: User attributes of a paired run besides ``confirm_of`` and ``confirm_samples`` (kept on a retry).
 PAIR_ATTRS = ("pair_of", "pair_index", "incumbent", "pair_cap", "confirm_budget")
+#: The search run (its id) that ran a paired run, stored when it starts: a pair counts only when its two
+#: runs ran in one search run (:func:`_pair_of`), back to back. Not kept on a retry (helper-34: a pair
+#: whose incumbent run completed before Ctrl-C and whose candidate run ran after the resume, in another
+#: process minutes later, read 0.12x).
+PAIR_RUN_ATTR = "pair_run"
 
 
 def budget_of(attrs: Any) -> int:
@@ -57,6 +73,7 @@ class Race:
         next_index: The index of the next pair to start.
         quality: Its candidate changes the incumbent's math, so the race judges the seconds to the
             study's loss target (:func:`judge_race`), not the objective value alone.
+        waiting_index: The lowest pair index of its ``pending`` runs (a run queued again after Ctrl-C), or ``None``.
     """
 
     incumbent: int
@@ -69,6 +86,7 @@ class Race:
     missing: tuple[tuple[int, str], ...] = ()
     next_index: int = 0
     quality: bool = False
+    waiting_index: int | None = None
 
     @property
     def stopped(self) -> bool:
@@ -163,6 +181,33 @@ def _search_run(trial: Any, samples: int, settings: StudySettings) -> Any:
     return trial if int(samples) == int(settings.samples) else None
 
 
+def _pair_of(incumbents: Sequence[Any], candidates: Sequence[Any]) -> tuple[dict[str, Any], set[str]]:
+    """A pair index's two completed runs, ``({"incumbent": trial, "candidate": trial}, set())``, when a
+    completed run of each role ran in one search run (:data:`PAIR_RUN_ATTR`; a run without it, stored
+    before it was, matches any), the latest such couple; else ``(the roles that have one: the first
+    completed run of each, set())`` when a role has none, or, when each has one but never from one run
+    (an interruption between them), ``({the later run's role: its run}, {the other role})``: that role
+    runs again in the later run's search run, beside it."""
+    done = {
+        role: [t for t in tries if t.state.name == "COMPLETE"] for role, tries in (("incumbent", incumbents), ("candidate", candidates))
+    }
+    if not (done["incumbent"] and done["candidate"]):
+        return {role: runs[0] for role, runs in done.items() if runs}, set()
+    couples = [
+        (inc, cand)
+        for inc in done["incumbent"]
+        for cand in done["candidate"]
+        if None in (inc.user_attrs.get(PAIR_RUN_ATTR), cand.user_attrs.get(PAIR_RUN_ATTR))
+        or inc.user_attrs.get(PAIR_RUN_ATTR) == cand.user_attrs.get(PAIR_RUN_ATTR)
+    ]
+    if couples:
+        inc, cand = max(couples, key=lambda c: max(c[0].number, c[1].number))
+        return {"incumbent": inc, "candidate": cand}, set()
+    latest = max((t for runs in done.values() for t in runs), key=lambda t: t.number)
+    role = "incumbent" if latest in done["incumbent"] else "candidate"
+    return {role: latest}, {"candidate" if role == "incumbent" else "incumbent"}
+
+
 def _same_math(incumbent: Any, candidate: Any) -> bool:
     """Whether two stored ``config`` attributes compute the same math up to rounding (:func:`autotune.study.math_class.is_preserving`)."""
     if not isinstance(incumbent, dict) or not isinstance(candidate, dict):
@@ -186,19 +231,21 @@ def _race(
     """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it);
     ``searched``: the incumbent's and the candidate's search trials where they replicate the race's runs
     (:func:`_search_run`), for the replicate runs' interval (:func:`autotune.paired.replicate_ss`)."""
-    pairs, failed, pending, missing = [], 0, 0, []
+    pairs, failed, pending, missing, waiting = [], 0, 0, [], []
     why = ""  # the failed runs' reason, for the verdict
     same_math = False  # the candidate keeps the incumbent's math: its loss is held to the sanity tolerance
     indices = sorted({i for i, _ in runs})
     for i in indices:
-        slot = {}
+        slot, split = _pair_of(runs.get((i, "incumbent"), []), runs.get((i, "candidate"), []))
         for role in ("incumbent", "candidate"):
             tries = runs.get((i, role), [])
-            done = [t for t in tries if t.state.name == "COMPLETE"]
-            if done:
-                slot[role] = done[0]
-            elif any(t.state.name in ("WAITING", "RUNNING") for t in tries):
+            if role in slot:
+                continue
+            if any(t.state.name in ("WAITING", "RUNNING") for t in tries):
                 pending += 1
+                waiting.append(i)
+            elif role in split:  # its other half ran in a later search run: this half runs again beside it
+                missing.append((i, role))
             elif len(faults := [t for t in tries if t.state.name == "FAIL" and t.user_attrs.get("fail_kind") != "interrupted"]) > 1:
                 failed += 1
                 why = why or f"trial {faults[-1].number}: {faults[-1].user_attrs.get('fail_reason')}"
@@ -245,7 +292,17 @@ def _race(
     first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
     missing.sort(key=lambda m: (m[0], m[1] != first))
     return Race(
-        incumbent, candidate, samples, cap, tuple(pairs), verdict, pending, tuple(missing), (indices[-1] + 1) if indices else 0, quality
+        incumbent,
+        candidate,
+        samples,
+        cap,
+        tuple(pairs),
+        verdict,
+        pending,
+        tuple(missing),
+        (indices[-1] + 1) if indices else 0,
+        quality,
+        min(waiting) if waiting else None,
     )
 
 

@@ -7,7 +7,9 @@ wins (:mod:`autotune.paired` decides), and a resumed search starts from the stor
 :func:`autotune.paired.runs_first` gives, and run one at a time in this process (whatever ``--jobs``)
 from one warm process (the search run's own, kept for the whole confirmation); the verdict is read
 again from the stored runs after every pair (:mod:`autotune.study.races`), so a resumed search
-continues each race where it stopped and a decided race is never run again.
+continues each race where it stopped and a decided race is never run again (a pair whose two runs
+ran in different search runs, Ctrl-C between them, is run again within one:
+:data:`autotune.study.races.PAIR_RUN_ATTR`).
 
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
 run's wall time, i.e. ``share / (1 - share)`` (0.25) times its other seconds: the study's search
@@ -453,7 +455,8 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
             if length != samples:  # the race belongs to the confirmation at `samples` (autotune.study.races)
                 attrs["confirm_budget"] = samples
             study.enqueue_trial(dict(config.params), user_attrs=attrs)
-        ui.stage(f"pair {race.next_index if not race.missing else race.missing[0][0]}: trial {candidate.number}'s config", len(wanted))
+        index = race.missing[0][0] if race.missing else race.waiting_index if race.waiting_index is not None else race.next_index
+        ui.stage(f"pair {index}: trial {candidate.number}'s config", len(wanted) or race.pending)
         ran += drain_queue(
             study,
             settings,

@@ -411,3 +411,41 @@ def test_the_best_candidate_races_first_when_its_runs_stopped_at_the_target_fit_
     assert same_math_first(study, settings, [other, same], base, 0.2) == [other, same]
     # under time-to-quality (no run stops at the target) the full-length prediction stands
     assert same_math_first(study, settings.replace(objective="time-to-quality"), [other, same], base, 0.2) == [same, other]
+
+
+def test_a_pair_split_by_an_interruption_counts_only_once_both_halves_ran_in_one_search_run():
+    """helper-34: pair 0's incumbent run completed before Ctrl-C (11,798 samples/s), its candidate run after the
+    resume in another process (951 samples/s); the race read "0.12x as fast" from runs that were not back to back."""
+    from autotune.study.races import PAIR_RUN_ATTR
+
+    settings = make_settings()
+    study = make_study()
+    add(study, 100.0, baseline=True)
+    cand = add(study, 200.0, num_workers=2)
+    attrs = {"confirm_samples": 2048, "pair_of": cand.number, "pair_index": 0, "incumbent": 0, "pair_cap": 6}
+    add(study, 11798.0, attrs=attrs | {"confirm_of": 0, PAIR_RUN_ATTR: "run-a"})  # before Ctrl-C
+    add(study, None, None, state="FAIL", attrs=attrs | {"confirm_of": cand.number, PAIR_RUN_ATTR: "run-a", "fail_kind": "interrupted"},
+        num_workers=2)
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert got.missing == ((0, "candidate"),) and not got.pairs
+    add(study, None, None, state="WAITING", attrs=attrs | {"confirm_of": cand.number}, num_workers=2)  # queued again on resume
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert (got.pending, got.waiting_index, got.missing) == (1, 0, ())  # the live line names pair 0, the pair it runs
+    study = make_study()  # the queued run ran in the resumed search run: the incumbent's half runs again beside it
+    add(study, 100.0, baseline=True)
+    cand = add(study, 200.0, num_workers=2)
+    add(study, 11798.0, attrs=attrs | {"confirm_of": 0, PAIR_RUN_ATTR: "run-a"})
+    add(study, 951.0, attrs=attrs | {"confirm_of": cand.number, PAIR_RUN_ATTR: "run-b"}, num_workers=2)
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert (got.pairs, got.missing, got.next_index) == ((), ((0, "incumbent"),), 1)
+    again = add(study, 480.0, attrs=attrs | {"confirm_of": 0, PAIR_RUN_ATTR: "run-b"})
+    (got,) = races_of(study.get_trials(deepcopy=False), settings)
+    assert [p.runs for p in got.pairs] == [(again.number, again.number - 1)] and got.missing == ()
+    assert 1.9 < got.pairs[0].candidate / got.pairs[0].incumbent < 2.0  # 951 vs 480, both after the resume, not vs 11,798
+    # runs stored before the attribute existed (no search run recorded) pair as before
+    legacy = make_study()
+    add(legacy, 100.0, baseline=True)
+    cand = add(legacy, 200.0, num_workers=2)
+    race(legacy, cand.number, [100.0], [200.0])
+    (got,) = races_of(legacy.get_trials(deepcopy=False), settings)
+    assert len(got.pairs) == 1 and got.missing == ()
