@@ -395,8 +395,13 @@ class ConsoleUI:
         self._busy(trial)
 
     def _busy(self, trial) -> None:
-        """One line when ``trial`` ran on a busy machine (:mod:`autotune.contention`)."""
+        """One line when ``trial`` ran on a busy machine (:mod:`autotune.contention`); none with ``--quiet``:
+        the summary's one busy-machine line (:func:`autotune.contention.busy_run_line`) names the busiest
+        trial and how many were busy (helper-34: eight of these lines on a busy machine was not quiet)."""
         from autotune.contention import busy_trial_line
+
+        if self.quiet:
+            return
 
         if line := busy_trial_line(trial):
             self.warn(line)

@@ -259,6 +259,12 @@ def check_storage_url(url: str, *, create: bool = True) -> None:
             )
         return
     path = _sqlite_path(url)
+    if url.startswith("sqlite:") and not url.startswith("sqlite://"):  # sqlite:/x.db, sqlite:x.db (helper-34)
+        rest = url[len("sqlite:") :].lstrip("/")
+        raise StorageError(
+            f"storage {url!r} is not an SQLite URL: write sqlite:///{rest} for a path relative to here, or "
+            f"sqlite:////{rest} for an absolute one (three slashes, then the path)"
+        )
     if url.startswith("sqlite:") and (path is None or str(path) in ("", ":memory:")):
         raise StorageError(
             f"storage {url!r} is an in-memory database, which the trial processes and later commands cannot see; give a file, e.g. sqlite:///studies/NAME.db"

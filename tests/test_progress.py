@@ -80,3 +80,13 @@ def test_without_a_terminal_each_trial_is_one_line_start_and_one_line_end(capsys
     quiet.trial_finished(_trial(1, 1000.0, 0.5))  # a finished trial: nothing
     quiet.trial_finished(_trial(5, 0, 0, fail="oom: CUDA out of memory"))  # no "trial 5:" line came before it
     assert capsys.readouterr().out.splitlines() == ["trial 5 -> FAIL: oom: CUDA out of memory"]
+    # a trial on a busy machine: its own warning line, but not with --quiet (helper-34: eight such lines), whose
+    # summary counts the busy trials in one line instead
+    busy = _trial(6, 1000.0, 0.5)
+    busy.user_attrs.update(host_load=3.9, host_cpus=2, other_cpu_fraction=0.6, steal_fraction=0.0)
+    ui.trial_finished(busy)
+    captured = capsys.readouterr()
+    assert "trial 6 ran while other processes took 60% of the CPU" in captured.out + captured.err
+    quiet.trial_finished(busy)
+    captured = capsys.readouterr()
+    assert captured.out + captured.err == ""

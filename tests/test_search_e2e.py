@@ -607,6 +607,8 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["dashboard", "studies/none.db"], "study database 'studies/none.db' does not exist"),
         (["show", "nostudy"], "does not exist"),
         (["search", MODELS / "tiny.py", "--storage", "sqlite://"], "is an in-memory database"),
+        (["search", MODELS / "tiny.py", "--storage", "sqlite:/nowhere/x.db"],
+         "is not an SQLite URL: write sqlite:///nowhere/x.db for a path relative to here, or sqlite:////nowhere/x.db for an absolute one"),
         (["search", MODELS / "tiny.py", "--storage", "sqlite:///nope/x.db"], "folder 'nope' does not exist; create it first"),
         (["search", MODELS / "tiny.py", "--config", "typo.yaml"], "typo.yaml: unknown top-level key(s) ['modle']"),
         (["search", MODELS / "tiny.py", "--config", "badvalue.yaml"], 'LightningCLI refused the config: Parser key "model.lr": Expected a'),
