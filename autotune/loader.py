@@ -181,12 +181,16 @@ def _candidates(module: ModuleType, bases: tuple[type, ...], allow_imported: boo
 
 
 def _choose(kind: str, flag: str, candidates: list[type], name: str | None, path: str) -> type | None:
+    import difflib
+
     names = [c.__name__ for c in candidates]
     if name is not None:
         for c in candidates:
             if c.__name__ == name:
                 return c
-        raise ModelFileError(f"{path}: no {kind} named {name!r}; found {names or 'none'}")
+        near = difflib.get_close_matches(name, names, n=1)
+        hint = f"; did you mean {flag} {near[0]}?" if near else ""
+        raise ModelFileError(f"{path}: no {kind} named {name!r}; found {names or 'none'}{hint}")
     if len(candidates) > 1:
         raise ModelFileError(f"{path}: several {kind} classes {names}; choose one with {flag} NAME")
     return candidates[0] if candidates else None
@@ -225,7 +229,7 @@ def find_classes(
     candidates = _candidates(module, data_bases, data_name is not None or not own_loaders)
     if not candidates and script is not None and (data_name is not None or not own_loaders) and not _candidates(module, data_bases):
         candidates = _candidates(script, data_bases)
-        path = f"{path} (nor {getattr(script, '__file__', script.__name__)}, its LightningCLI script)"
+        path = f"{path} and {getattr(script, '__file__', script.__name__)} (its LightningCLI script, with what it imports)"
         if data_name is None and len(candidates) > 1 and script_data in [c.__name__ for c in candidates]:
             data_name = script_data
     data_cls = _choose("LightningDataModule", "--data", candidates, data_name, path)

@@ -100,11 +100,14 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
     With ``full``, every user attribute of the trial is included too (loss curve, rank configs,
     timings, ``log_tail`` of a failed trial, ...), but its output (``log``, long). ``trials`` (frozen trials) replaces the study's.
     """
+    from autotune.study.races import uncounted_runs
     from autotune.study.settings import SETTINGS_ATTR
 
     rows = []
     study_attrs: dict[str, Any] | None = None  # read once, if a failed trial has no reason of its own
-    for t in trials if trials is not None else study.get_trials(deepcopy=False):
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    uncounted = uncounted_runs(trials)
+    for t in trials:
         attrs = t.user_attrs
         config = attrs.get("config", {})
         reason = attrs.get("fail_reason")
@@ -126,6 +129,8 @@ def trial_rows(study, recommended_number: int | None = None, full: bool = False,
                         if pair
                         else f" ({int(attrs['confirm_samples']):,} samples)"
                     )
+            if t.number in uncounted:
+                pair = f"{pair[:-1]}; not counted: the pair's other run ran in a later search run)" if pair else pair
             note = (f"confirms #{attrs['confirm_of']}{pair} " + note).strip()
         if attrs.get("stopped_at_target") and attrs.get("samples_seen"):  # its loss is a shorter run's
             note = f"{note} stopped at the loss target ({int(attrs['samples_seen']):,} samples)".strip()

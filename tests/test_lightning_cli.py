@@ -487,10 +487,11 @@ def test_a_datamodule_in_another_file_is_taken_from_the_cli_script_that_imports_
         "except Exception as e:\n    print(type(e).__name__, e)\n"
     )
     ran = [subprocess.run([sys.executable, "-c", probe, *args], cwd=project, capture_output=True, text=True, timeout=300)
-           for args in ([], ["Other"], ["Nope"])]
+           for args in ([], ["Other"], ["Others"])]
     assert [r.stdout.strip() for r in ran[:2]] == ["Net Features SplitCLI", "Net Other SplitCLI"], [r.stderr[-2000:] for r in ran]
     # the class the CLI call passes is taken among the two the script imports; a --data name it lacks names both files
-    assert ran[2].stdout.startswith("ModelFileError") and "Nope" in ran[2].stdout and "main.py" in ran[2].stdout, ran[2].stdout
+    assert ran[2].stdout.startswith("ModelFileError") and "main.py (its LightningCLI script, with what it imports): no LightningDataModule " \
+        "named 'Others'; found ['Features', 'Other']; did you mean --data Other?" in ran[2].stdout, ran[2].stdout
     r = cli("search", "model.py", "--config", "config.yaml", "--trials", "1", "--samples", "256", "--study-name", "split", cwd=project)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     trial = load(project / "studies" / "split.db", "split").trials[0]

@@ -39,6 +39,7 @@ __all__ = [
     "judge_race",
     "objective_value",
     "races_of",
+    "uncounted_runs",
     "won_chain",
 ]
 
@@ -171,6 +172,25 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
         searched = tuple(_search_run(by_number.get(n), trained, settings) for n in (incumbent, candidate))
         races.append(_race(incumbent, candidate, trained, cap, runs, maximize, settings, searched))
     return races
+
+
+def uncounted_runs(trials: Sequence[Any]) -> set[int]:
+    """The completed paired runs among ``trials`` that no pair counts: a pair's run whose other run ran in
+    a later search run (Ctrl-C between them; :func:`_pair_of`), for ``autotune show``'s note (helper-35:
+    three runs read "pair 0 of #4", nothing said which one the race left out)."""
+    slots: dict[tuple[int, int, int, int], dict[str, list]] = {}
+    for t in trials:
+        attrs = t.user_attrs
+        if "pair_of" in attrs and t.state.name == "COMPLETE":
+            key = (int(attrs["incumbent"]), int(attrs["pair_of"]), budget_of(attrs), int(attrs["pair_index"]))
+            role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
+            slots.setdefault(key, {}).setdefault(role, []).append(t)
+    left: set[int] = set()
+    for runs in slots.values():
+        if len(runs) == 2:
+            counted, _ = _pair_of(runs["incumbent"], runs["candidate"])
+            left |= {t.number for mine in runs.values() for t in mine} - {t.number for t in counted.values()}
+    return left
 
 
 def _search_run(trial: Any, samples: int, settings: StudySettings) -> Any:

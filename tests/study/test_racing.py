@@ -442,6 +442,13 @@ def test_a_pair_split_by_an_interruption_counts_only_once_both_halves_ran_in_one
     (got,) = races_of(study.get_trials(deepcopy=False), settings)
     assert [p.runs for p in got.pairs] == [(again.number, again.number - 1)] and got.missing == ()
     assert 1.9 < got.pairs[0].candidate / got.pairs[0].incumbent < 2.0  # 951 vs 480, both after the resume, not vs 11,798
+    from autotune.report import trial_rows
+    from autotune.study.races import uncounted_runs
+
+    assert uncounted_runs(study.get_trials(deepcopy=False)) == {again.number - 2}  # the run from before the interruption
+    notes = {r["number"]: r["note"] for r in trial_rows(None, trials=study.get_trials(deepcopy=False))}
+    assert notes[again.number - 2] == f"confirms #0 (pair 0 of #{cand.number}; not counted: the pair's other run ran in a later search run)"
+    assert notes[again.number] == f"confirms #0 (pair 0 of #{cand.number})"
     # runs stored before the attribute existed (no search run recorded) pair as before
     legacy = make_study()
     add(legacy, 100.0, baseline=True)
