@@ -524,6 +524,53 @@ def test_ctrl_c_and_sigterm_keep_finished_trials_and_print_the_resume_command(tm
     assert not _group_alive(trials[1].user_attrs["process_group"])  # the interrupted trial's processes are gone
 
 
+def test_ctrl_c_in_a_pair_is_resumed_by_the_search_running_that_pair_again_back_to_back(tmp_path, cli):
+    """helper-34: the incumbent's run of pair 0 completed before Ctrl-C and the candidate's ran after the resume, in
+    another process; the race read 0.12x from that pair. The resumed search runs both runs of the pair again, in order."""
+    db = tmp_path / "p.db"
+    (tmp_path / "space.yaml").write_text("num_workers: {choices: [0, 2]}\n")
+    (tmp_path / "known.yaml").write_text("data:\n  num_workers: 2\n")
+    args = ["search", MODELS / "tiny.py", "--trials", 2, "--samples", 1024, "--space", "space.yaml", "--enqueue", "known.yaml",
+            "--confirm", 1, "--confirm-share", 0.9, "--storage", f"sqlite:///{db}"]
+    env = {**os.environ, "TINY_SLOW_WORKERS": "0", "TINY_FAULTS": "3:hang", "AUTOTUNE_STORAGE": ""}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(1)
+        try:  # pair 0: trial 2 (the baseline's run) completed, trial 3 (the candidate's) hangs in training
+            trials = load(db, "tiny").trials
+            if len(trials) > 3 and trials[2].state.name == "COMPLETE" and trials[3].state.name == "RUNNING" and "process_group" in trials[3].user_attrs:
+                break
+        except Exception:  # the database or the study may not exist yet
+            continue
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    resume = err.split("Resume with:")[1].strip().splitlines()[0].split()
+    assert resume[:2] == ["autotune", "search"], err[-2000:]  # the search races: not a worker's command
+    trials = load(db, "tiny").trials
+    assert [(t.user_attrs.get("pair_index"), t.user_attrs.get("confirm_of"), t.state.name) for t in trials[2:]] == [
+        (0, 0, "COMPLETE"), (0, 1, "FAIL")] and trials[3].user_attrs["fail_kind"] == "interrupted"
+    r = cli(*resume[1:], env={"TINY_SLOW_WORKERS": "0"}, check_rc=0)
+    trials = load(db, "tiny").trials
+    runs = [t for t in trials[4:] if "pair_of" in t.user_attrs]
+    assert [(t.user_attrs["pair_index"], t.user_attrs["confirm_of"]) for t in runs[:2]] == [(0, 0), (0, 1)]  # pair 0 again, in order
+    assert len({t.user_attrs["pair_run"] for t in runs}) == 1 != len({trials[2].user_attrs["pair_run"], runs[0].user_attrs["pair_run"]})
+    from autotune.study import confirmation, load_study
+
+    _, settings = load_study("tiny", f"sqlite:///{db}")
+    (race,) = confirmation(load(db, "tiny"), settings).races
+    assert race.pairs and all(2 not in p.runs for p in race.pairs) and race.pairs[0].runs == (runs[0].number, runs[1].number)
+    assert r.stdout.count("pair 0: trial 1's config") == 1, r.stdout
+    from autotune.report import trial_rows
+
+    notes = {row["number"]: row["note"] for row in trial_rows(load(db, "tiny"))}
+    assert notes[2].startswith("confirms #0 (pair 0 of #1") and "not counted: the pair's other run ran in a later search run" in notes[2]
+
+
 def test_ctrl_c_in_stage_1_keeps_the_staged_search_s_whole_budget_and_the_same_command_finishes_it(tmp_path, cli):
     """Issue 17, item 1: the rest of stage 1, the interrupted trial and stage 2 are not lost."""
     db = tmp_path / "staged.db"

@@ -40,6 +40,7 @@ class _Plan:
         full: Stage-2 trials (``staged``) not queued yet (>= 0).
         trials: The run's ``--trials`` (for the messages and the resume command).
         confirm_left: Confirmation runs (``--confirm``) the run has still to queue after its search (>= 0).
+        racing: The run is racing (its confirmation started and has not ended).
     """
 
     def __init__(self, study, run_id: str, search: str, trials: int):
@@ -48,6 +49,7 @@ class _Plan:
         self.held = 0
         self.full = 0
         self.confirm_left = 0
+        self.racing = False  # in its confirmation's races: a stop there is resumed by the search (queue._resume)
         self.flags: list[str] = []  # the run's own flags, for its resume command (options.run_flags)
         self.state = "running"
         self._lock = threading.Lock()

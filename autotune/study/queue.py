@@ -380,10 +380,11 @@ def _interrupted(study, settings: StudySettings, ctx: _RunContext, budget: _Budg
 
 
 def _resume(study, settings: StudySettings, storage_url: str, plan: Any) -> str:
-    """The command that finishes a stopped run (see :func:`_interrupted`), or ``""``."""
+    """The command that finishes a stopped run (see :func:`_interrupted`), or ``""``: the search's while
+    it had trials to add or was racing (the next search queues an interrupted pair's runs again itself)."""
     waiting = [t for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
     # a paired confirmation run left queued: only the search that races continues its race
-    if plan is not None and (plan.left() or plan.confirm_left or any("pair_of" in t.user_attrs for t in waiting)):
+    if plan is not None and (plan.racing or plan.left() or plan.confirm_left or any("pair_of" in t.user_attrs for t in waiting)):
         return _resume_command(settings, storage_url, plan.trials, plan.flags)
     if waiting:
         return shlex.join(["autotune", "worker", "--study-name", settings.study_name, "--storage", mask_url(storage_url)])
@@ -403,6 +404,8 @@ def _requeue_interrupted(study, numbers: Sequence[int]) -> None:
     for number in numbers:
         frozen = every[number] if number < len(every) else None
         if frozen is None or frozen.state.name != "FAIL" or frozen.user_attrs.get("fail_kind") != FailKind.INTERRUPTED or number in retried:
+            continue
+        if "pair_of" in frozen.user_attrs:  # the resumed race queues its pair again itself, both runs back to back
             continue
         attrs = {key: frozen.user_attrs[key] for key in _QUEUED_ATTRS if key in frozen.user_attrs}
         study.enqueue_trial({**fixed_params(frozen), **frozen.params}, user_attrs={**attrs, "retry_of": number})

@@ -143,7 +143,7 @@ def objective_value(trial: Any, objective: str) -> float:
     return float(attrs.get("samples_per_sec", math.nan))
 
 
-def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None = None) -> list[Race]:
+def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None = None, current: str | None = None) -> list[Race]:
     """The races stored in ``trials`` (runs at ``samples`` only, when given), in the order they started.
 
     A paired run that failed once (not interrupted) is *missing*: the race queues it again, once (its
@@ -154,6 +154,9 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
         trials: Frozen trials of one study (digests will do).
         settings: Its settings (objective, loss tolerance, mode).
         samples: Only the runs of this confirmation budget.
+        current: The search run about to queue runs (:data:`PAIR_RUN_ATTR`), or ``None``: a pair with one
+            run completed in another search run and the other still to run then needs both runs again,
+            in the pair's order (:func:`autotune.paired.runs_first`), so that they run back to back.
     """
     maximize = directions(settings.objective, settings.mode)[0] == "maximize"
     by_key: dict[tuple[int, int, int], dict[tuple[int, str], list]] = {}
@@ -170,7 +173,7 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
         cap = max(int(t.user_attrs.get("pair_cap") or MAX_PAIRS) for mine in runs.values() for t in mine)
         trained = int(next(iter(runs.values()))[0].user_attrs["confirm_samples"])  # the race's runs' own samples
         searched = tuple(_search_run(by_number.get(n), trained, settings) for n in (incumbent, candidate))
-        races.append(_race(incumbent, candidate, trained, cap, runs, maximize, settings, searched))
+        races.append(_race(incumbent, candidate, trained, cap, runs, maximize, settings, searched, current))
     return races
 
 
@@ -228,6 +231,18 @@ def _pair_of(incumbents: Sequence[Any], candidates: Sequence[Any]) -> tuple[dict
     return {role: latest}, {"candidate" if role == "incumbent" else "incumbent"}
 
 
+def _stale_half(slot: dict[str, Any], runs: dict, index: int, current: str) -> bool:
+    """Whether pair ``index``'s one completed run (``slot``) ran in another search run than ``current`` while
+    its other run has still to run (never queued, interrupted, or failed once: not waiting, not failed twice)."""
+    ((role, done),) = slot.items()
+    if done.user_attrs.get(PAIR_RUN_ATTR) in (None, current):
+        return False
+    other = runs.get((index, "candidate" if role == "incumbent" else "incumbent"), [])
+    if any(t.state.name in ("WAITING", "RUNNING") for t in other):
+        return False
+    return len([t for t in other if t.state.name == "FAIL" and t.user_attrs.get("fail_kind") != "interrupted"]) < 2
+
+
 def _same_math(incumbent: Any, candidate: Any) -> bool:
     """Whether two stored ``config`` attributes compute the same math up to rounding (:func:`autotune.study.math_class.is_preserving`)."""
     if not isinstance(incumbent, dict) or not isinstance(candidate, dict):
@@ -247,6 +262,7 @@ def _race(
     maximize: bool,
     settings: StudySettings,
     searched: tuple[Any, Any] = (None, None),
+    current: str | None = None,
 ) -> Race:
     """One race from its runs by ``(pair index, role)`` (a retried run leaves a failed try beside it);
     ``searched``: the incumbent's and the candidate's search trials where they replicate the race's runs
@@ -257,6 +273,9 @@ def _race(
     indices = sorted({i for i, _ in runs})
     for i in indices:
         slot, split = _pair_of(runs.get((i, "incumbent"), []), runs.get((i, "candidate"), []))
+        if current is not None and len(slot) == 1 and _stale_half(slot, runs, i, current):
+            missing += [(i, "incumbent"), (i, "candidate")]  # (the one left waits for this run to run both)
+            continue
         for role in ("incumbent", "candidate"):
             tries = runs.get((i, role), [])
             if role in slot:
@@ -309,8 +328,9 @@ def _race(
     )
     if verdict.outcome == "failed" and why:
         verdict = replace(verdict, reason=f"{verdict.reason}, each tried twice ({why})")
-    first = "incumbent" if (indices[-1] if indices else 0) % 2 == 0 else "candidate"
-    missing.sort(key=lambda m: (m[0], m[1] != first))
+    from autotune.paired import runs_first
+
+    missing.sort(key=lambda m: (m[0], m[1] != runs_first(m[0])))
     return Race(
         incumbent,
         candidate,

@@ -7,8 +7,8 @@ wins (:mod:`autotune.paired` decides), and a resumed search starts from the stor
 :func:`autotune.paired.runs_first` gives, and run one at a time in this process (whatever ``--jobs``)
 from one warm process (the search run's own, kept for the whole confirmation); the verdict is read
 again from the stored runs after every pair (:mod:`autotune.study.races`), so a resumed search
-continues each race where it stopped and a decided race is never run again (a pair whose two runs
-ran in different search runs, Ctrl-C between them, is run again within one:
+continues each race where it stopped and a decided race is never run again (a pair with a run from
+an earlier search run, Ctrl-C before its other run ended, runs both again here, in its order:
 :data:`autotune.study.races.PAIR_RUN_ATTR`).
 
 The budget (:func:`confirm_budget`): the paired runs take at most ``--confirm-share`` (20%) of the
@@ -266,6 +266,7 @@ def race_candidates(
     baseline_info = study.user_attrs.get(BASELINE_ATTR)
     if plan is not None:
         plan.confirm_left = 0  # pairs are queued one at a time by this process: no worker waits for them
+        plan.racing = True  # until the races end: a stop before then is resumed by the search, which races
         plan.save()
     if baseline_info is None:
         return 0
@@ -364,6 +365,8 @@ def race_candidates(
         if own:
             pools.close()
             shutil.rmtree(pools.log_dir, ignore_errors=True)
+    if plan is not None:
+        plan.racing = False
     return ran
 
 
@@ -406,10 +409,19 @@ def _standing(study, settings: StudySettings, samples: int, base: Any) -> tuple[
     return (base if current == base.number else every[current]), settled
 
 
-def _current(study, settings: StudySettings, incumbent: int, candidate: int, samples: int, cap: int, length: int | None = None) -> Race:
+def _current(
+    study,
+    settings: StudySettings,
+    incumbent: int,
+    candidate: int,
+    samples: int,
+    cap: int,
+    length: int | None = None,
+    run_id: str | None = None,
+) -> Race:
     """The race ``incumbent`` vs ``candidate`` of the confirmation budget ``samples`` as stored (an empty
-    one of runs of ``length`` samples, default ``samples``, when none is)."""
-    for race in races_of(study.get_trials(deepcopy=False), settings, samples):
+    one of runs of ``length`` samples, default ``samples``, when none is), as search run ``run_id`` continues it."""
+    for race in races_of(study.get_trials(deepcopy=False), settings, samples, run_id):
         if (race.incumbent, race.candidate) == (incumbent, candidate):
             return race
     from autotune.paired import judge
@@ -426,7 +438,7 @@ def _run_race(study, settings, ui, incumbent, candidate, samples, cap, budget, p
     samples, length = samples
     stop = stop_target(settings, study.user_attrs.get(BASELINE_ATTR), incumbent, candidate)
     while True:
-        race = _current(study, settings, incumbent.number, candidate.number, samples, cap, length)
+        race = _current(study, settings, incumbent.number, candidate.number, samples, cap, length, run_id)
         if race.verdict.decided:
             return race, ran
         if not race.pending and not race.missing:

@@ -428,7 +428,12 @@ def test_a_pair_split_by_an_interruption_counts_only_once_both_halves_ran_in_one
         num_workers=2)
     (got,) = races_of(study.get_trials(deepcopy=False), settings)
     assert got.missing == ((0, "candidate"),) and not got.pairs
-    add(study, None, None, state="WAITING", attrs=attrs | {"confirm_of": cand.number}, num_workers=2)  # queued again on resume
+    # the resumed search run (run-b) queues both runs of the pair again, in its order (pair 0: the incumbent first)
+    (got,) = races_of(study.get_trials(deepcopy=False), settings, current="run-b")
+    assert got.missing == ((0, "incumbent"), (0, "candidate")) and not got.pairs
+    (got,) = races_of(study.get_trials(deepcopy=False), settings, current="run-a")  # the same run: only the missing run
+    assert got.missing == ((0, "candidate"),)
+    add(study, None, None, state="WAITING", attrs=attrs | {"confirm_of": cand.number}, num_workers=2)  # (a study from before: queued again)
     (got,) = races_of(study.get_trials(deepcopy=False), settings)
     assert (got.pending, got.waiting_index, got.missing) == (1, 0, ())  # the live line names pair 0, the pair it runs
     study = make_study()  # the queued run ran in the resumed search run: the incumbent's half runs again beside it

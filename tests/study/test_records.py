@@ -343,6 +343,13 @@ def test_an_interrupted_race_is_resumed_by_the_search_not_by_a_worker():
                                                         "pair_index": 0, "incumbent": 0})
     assert _resume(study, settings, "sqlite:///s.db", plan).startswith("autotune search ")
     assert _resume(study, settings, "sqlite:///s.db", None).startswith("autotune worker ")  # no search run to continue
+    # stopped while racing, its interrupted paired run not queued again (the next race queues its pair): the search resumes
+    fresh = make_study()
+    add(fresh, 100.0, 1.0, baseline=True)
+    racing = _Plan(fresh, "run-2", "flat", 4)
+    assert _resume(fresh, settings, "sqlite:///s.db", racing) == ""
+    racing.racing = True
+    assert _resume(fresh, settings, "sqlite:///s.db", racing).startswith("autotune search ")
 
 
 def test_a_candidate_of_other_math_already_slower_to_the_target_is_raced_after_the_others():
