@@ -291,6 +291,7 @@ def trial_spec(source: Mapping[str, Any], config: Mapping[str, Any], samples: in
         "cli": source.get("cli"),
         "train_samples": source.get("train_samples"),
         "monitor": source.get("monitor"),
+        "baseline_batch_size": (source.get("baseline_config") or {}).get("batch_size"),
         "config": dict(config),
         "samples": int(samples),
         "seed": seed,

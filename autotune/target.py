@@ -84,6 +84,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         from autotune.hardware import available_cpu_count
         from autotune.lightning_cli import build_spec, load_spec
         from autotune.loader import lightning_package
+        from autotune.val_limit import equal_validation_class, scaled_limit
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
@@ -121,7 +122,13 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             # a timed paired run stops at the study's loss target (one process: ranks would have to agree)
             stop_at_loss=tuple(spec["stop_at_loss"]) if spec.get("stop_at_loss") and config.devices * config.num_nodes == 1 else None,
         )
-        trainer = pl.Trainer(callbacks=[*user_callbacks(pl, built.callbacks), callback], **kwargs)
+        extra = []
+        if scaled_limit(kwargs.get("limit_val_batches"), config.batch_size, config.batch_size, spec.get("baseline_batch_size")) is not None:
+            # an integer limit_val_batches: the baseline's validation samples, not as many batches (autotune.val_limit)
+            extra.append(
+                equal_validation_class(pl)(kwargs["limit_val_batches"], config.batch_size, spec["baseline_batch_size"], callback.static)
+            )
+        trainer = pl.Trainer(callbacks=[*user_callbacks(pl, built.callbacks), *extra, callback], **kwargs)
         callback.static["precision_ran"] = result["precision_ran"] = str(trainer.precision)
         if str(trainer.precision) != config.precision:
             raise TrialFault(
