@@ -239,11 +239,43 @@ def _baseline(
                 "a constructor argument `batch_size` that its train_dataloader() passes to a DataLoader"
             )
     trainer_cfg = built.trainer
+    check_trainer_values(trainer_cfg, spec.get("config_file"))
     baseline["precision"] = _canonical_precision(trainer_cfg.get("precision") or "32-true")
     baseline["accumulate_grad_batches"] = int(trainer_cfg.get("accumulate_grad_batches") or 1)
     if baseline.get("num_workers") is None:
         baseline["num_workers"] = getattr(loader, "num_workers", 0) if "num_workers" not in targets else 0
     return baseline
+
+
+def check_trainer_values(trainer: Mapping[str, Any], config_file: str | None = None) -> None:
+    """Refuse the trainer values Lightning's own ``Trainer`` refuses, or divides by, in the user's runs
+    although a trial replaces them (``max_steps``, ``max_epochs``: the budget's; an
+    ``accumulate_grad_batches`` of 0 read as 1): the search would measure a baseline that is not the
+    user's, and export a config their CLI rejects (helper-36: ``max_steps: -5`` searched and exported,
+    ``accumulate_grad_batches: 0`` searched as 1).
+
+    Raises:
+        UsageError: Naming the key, the value, what Lightning takes, and the file to fix.
+    """
+    where = f"; fix --config {config_file}" if config_file else ""
+
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    for key, low, takes in (
+        ("accumulate_grad_batches", 1, "an integer >= 1"),
+        ("max_steps", -1, "-1 (no limit) or an integer >= 0"),
+        ("max_epochs", -1, "-1 (no limit) or an integer >= 0"),
+    ):
+        value = trainer.get(key)
+        if value is not None and (not integer(value) or value < low):
+            raise UsageError(f"trainer.{key}: {value!r} is not {takes}, which Lightning's Trainer takes{where}")
+    for key in ("limit_train_batches", "limit_val_batches"):
+        value = trainer.get(key)
+        if value is not None and not (integer(value) and value >= 0) and not (isinstance(value, float) and 0.0 <= value <= 1.0):
+            raise UsageError(
+                f"trainer.{key}: {value!r} is not a count of batches (an integer >= 0) or a fraction of them (0.0 to 1.0){where}"
+            )
 
 
 def _check_untyped_arguments(model_cls: Any, data_cls: Any, document: Mapping[str, Any]) -> None:

@@ -659,6 +659,9 @@ def test_a_search_killed_during_the_baseline_is_continued_by_the_next_search(tmp
         (["search", MODELS / "tiny.py", "--storage", "sqlite:///nope/x.db"], "folder 'nope' does not exist; create it first"),
         (["search", MODELS / "tiny.py", "--config", "typo.yaml"], "typo.yaml: unknown top-level key(s) ['modle']"),
         (["search", MODELS / "tiny.py", "--config", "badvalue.yaml"], 'LightningCLI refused the config: Parser key "model.lr": Expected a'),
+        (["search", MODELS / "tiny.py", "--config", "negsteps.yaml"],
+         "trainer.max_steps: -5 is not -1 (no limit) or an integer >= 0, which Lightning's Trainer takes; fix --config "),
+        (["search", MODELS / "tiny.py", "--config", "noaccum.yaml"], "trainer.accumulate_grad_batches: 0 is not an integer >= 1"),
         (["search", MODELS / "tiny.py", "--out", "."], "is a folder; give a file path"),
         (["search", MODELS / "tiny.py", "--space", "empty.yaml"], "empty.yaml: the space names no knob"),
         (["search", "required_arg.py"], "RequiresHidden needs argument(s) ['hidden'] (no default); give them in a --config YAML under model:"),
@@ -696,6 +699,8 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, cli, args, message):
     (tmp_path / "empty.yaml").write_text("# nothing\n")
     (tmp_path / "typo.yaml").write_text("modle:\n  lr: 0.1\n")
     (tmp_path / "badvalue.yaml").write_text("model:\n  lr: fast\n")
+    (tmp_path / "negsteps.yaml").write_text("trainer:\n  max_steps: -5\n")  # helper-36: searched, and exported for a CLI that refuses it
+    (tmp_path / "noaccum.yaml").write_text("trainer:\n  accumulate_grad_batches: 0\n")  # searched as 1
     (tmp_path / "required_arg.py").write_text(
         "import lightning.pytorch as pl\n\nclass RequiresHidden(pl.LightningModule):\n"
         "    def __init__(self, hidden, batch_size=8):\n        super().__init__()\n"
