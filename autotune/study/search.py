@@ -29,6 +29,7 @@ from autotune.samplers import make_sampler
 from autotune.space import params_of
 from autotune.storage import check_storage_url, check_writable, freeze_read_trials, mask_url, open_storage, storage_file
 from autotune.study.bounds import epoch_lines
+from autotune.study.budget_lines import max_epochs_line, short_budget_line
 from autotune.study.options import (
     SearchOptions,
     _env_confirm,
@@ -86,28 +87,6 @@ class SearchResult:
             f"while printing the summary: the search had finished{written}; "
             f"autotune show {self.study_name} --storage {mask_url(self.storage)} shows its results",
         )
-
-
-def max_epochs_line(settings: StudySettings) -> str | None:
-    """``"your max_epochs=15 covers 6,840 training samples, fewer than --samples 20000: ..."`` when the
-    user's ``max_epochs`` would end a trial before its budget (trials raise it:
-    :func:`autotune.trial_trainer.trial_max_epochs`), else None."""
-    from autotune.trial_trainer import budget_epochs
-
-    user = ((settings.model_info or {}).get("training_length") or {}).get("max_epochs")
-    train = settings.train_samples
-    if not isinstance(user, int) or user < 0 or not train:
-        return None
-    base = TrialConfig.from_dict(settings.baseline_config)
-    needed = budget_epochs(base, int(settings.samples), int(train))
-    if needed is None or needed <= user:
-        return None
-    # whole batches per epoch, as budget_epochs counts them (15 epochs of 140 samples in batches of 8: 2,040, not 2,100)
-    covered = user * (-(-int(train) // base.world_size) // base.batch_size) * base.batch_size * base.world_size
-    return (
-        f"your max_epochs={user} covers {covered:,} training samples in whole batches, fewer than --samples {settings.samples}: "
-        f"trials raise it to {needed} epochs, enough for their budget (the export keeps max_epochs={user})"
-    )
 
 
 def _make_sampler(settings: StudySettings, seed_offset: int, name: str | None = None):
@@ -189,6 +168,8 @@ def run_search(opts: SearchOptions, ui: UI) -> SearchResult:
         ui.info(line)
     if epochs := max_epochs_line(settings):
         ui.info(epochs)
+    if short := short_budget_line(settings):
+        ui.warn(short)
     if left_out := left_out_line(((settings.user_config or {}).get("trainer") or {}).get("callbacks")):
         ui.info(left_out)
     run_id = f"{os.getpid()}-{time.time():.0f}"

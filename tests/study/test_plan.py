@@ -77,7 +77,7 @@ def test_a_worker_is_told_when_a_live_search_run_of_its_study_trains_on_the_same
 
 
 def test_the_max_epochs_line_counts_the_whole_batches_an_epoch_trains():
-    from autotune.study.search import max_epochs_line
+    from autotune.study.budget_lines import max_epochs_line
     from study.helpers import BASELINE, make_settings
 
     # a new user's 140 training samples in batches of 8 for 15 epochs: 17 whole batches an epoch, 2,040 samples, short
@@ -89,3 +89,16 @@ def test_the_max_epochs_line_counts_the_whole_batches_an_epoch_trains():
         "epochs, enough for their budget (the export keeps max_epochs=15)")
     assert max_epochs_line(settings.replace(samples=2040)) is None  # 15 epochs cover it
     assert max_epochs_line(settings.replace(train_samples=None)) is None  # the training set's size unknown
+
+
+def test_a_budget_of_fewer_than_eight_optimizer_steps_is_warned_about():
+    """helper-36: --samples 16 at effective batch 64 ran one step per trial and recommended without a word."""
+    from autotune.study.budget_lines import short_budget_line
+    from study.helpers import make_settings
+
+    assert short_budget_line(make_settings(samples=1024)) is None  # baseline batch 16: 64 steps
+    assert short_budget_line(make_settings(samples=128)) is None  # 8 steps
+    assert short_budget_line(make_settings(samples=16)) == (
+        "--samples 16 is 1 optimizer step(s) of the baseline's effective batch 16: a trial this short measures its start-up, "
+        "not training; give --samples 128 or more"
+    )
