@@ -31,6 +31,7 @@ __all__ = [
     "render_yaml",
     "scale_schedules",
     "scale_training_length",
+    "scale_val_check_interval",
     "step_length_lines",
     "training_length_line",
 ]
@@ -210,6 +211,33 @@ def scale_training_length(
             if new != old:
                 trainer[key], changed[key] = new, (old, new)
     return changed
+
+
+def scale_val_check_interval(trainer: dict[str, Any], baseline_samples: int, samples: int) -> str | None:
+    """Rescale, in place, an integer ``val_check_interval`` (training batches between validations) of the
+    exported ``trainer:`` so validation comes every as many samples as in the user's own runs (helper-36:
+    ``val_check_interval: 50`` kept at 4x the batch validated 3 times instead of 12: the cadence of
+    checkpoints and early stopping); a float (a fraction of an epoch) is left alone.
+
+    Args:
+        trainer: The export's ``trainer:`` mapping; changed in place.
+        baseline_samples, samples: Samples per training batch over all devices (per-device batch x devices
+            x nodes) of the baseline and of the recommended config (>= 1).
+
+    Returns:
+        The header's line (``"validation: val_check_interval from 50 to 13 training batches ..."``), or ``None``.
+    """
+    old = trainer.get("val_check_interval")
+    if not isinstance(old, int) or isinstance(old, bool) or old <= 0 or samples == baseline_samples:
+        return None
+    new = max(1, round(old * baseline_samples / samples))
+    if new == old:
+        return None
+    trainer["val_check_interval"] = new
+    return (
+        f"validation: val_check_interval from {old} to {new} training batches ({samples:,} samples a batch, the baseline's "
+        f"{baseline_samples:,}): validation comes every ~{old * baseline_samples:,} samples, as in your runs"
+    )
 
 
 #: Constructor arguments of learning-rate schedulers that count optimizer steps or epochs of the whole

@@ -179,6 +179,22 @@ def test_max_steps_is_scaled_to_the_baseline_s_samples_at_the_recommended_effect
     assert scale_training_length({"max_steps": 400}, 128, 32) == {"max_steps": (400, 1600)}  # a smaller batch needs more steps
 
 
+def test_an_integer_val_check_interval_is_scaled_to_validate_every_as_many_samples():
+    """helper-36: val_check_interval: 50 (training batches) kept at 4x the batch validated 3 times instead of 12."""
+    from autotune.export import scale_val_check_interval
+
+    trainer = {"val_check_interval": 50, "max_steps": 75}
+    assert scale_val_check_interval(trainer, 32, 128) == (
+        "validation: val_check_interval from 50 to 12 training batches (128 samples a batch, the baseline's 32): "
+        "validation comes every ~1,600 samples, as in your runs"
+    )
+    assert trainer == {"val_check_interval": 12, "max_steps": 75}
+    for unchanged, samples in (({"val_check_interval": 0.25}, 128), ({"val_check_interval": 50}, 32), ({}, 128), ({"val_check_interval": 1}, 40)):
+        before = dict(unchanged)
+        assert scale_val_check_interval(unchanged, 32, samples) is None and unchanged == before  # a fraction, the same batch, none, no change
+    assert scale_val_check_interval({"val_check_interval": 1}, 32, 128) is None  # at least one batch: 1 stays 1
+
+
 def test_the_export_header_says_when_it_scales_the_user_s_max_steps(tmp_path):
     from autotune.study.publish import export_study
     from autotune.study.settings import settings_of

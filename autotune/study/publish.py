@@ -21,6 +21,7 @@ from autotune.export import (
     render_yaml,
     scale_schedules,
     scale_training_length,
+    scale_val_check_interval,
     step_length_lines,
     training_length_line,
     write_private,
@@ -146,6 +147,9 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
         doc["trainer"], base_batch, config.effective_batch_size, ratio if ratio is not None and ratio >= LONGER_FROM else None
     )  # it needs more samples for the same loss, or another effective batch takes them in other steps
     schedule_lines = scale_schedules(doc, changes, manual=(settings.model_info or {}).get("automatic_optimization") is False)
+    base_config = TrialConfig.from_dict(settings.baseline_config)
+    per_batch = (base_config.batch_size * base_config.world_size, config.batch_size * config.world_size)
+    schedule_lines += [line] if (line := scale_val_check_interval(doc["trainer"], *per_batch)) else []
     schedule_lines += step_length_lines(doc, (settings.model_info or {}).get("signature") or {}, base_batch, config.effective_batch_size)
     longer = longer_line(confirmed.chosen, ratio, changes, (base_batch, config.effective_batch_size)) if confirmed is not None else None
     if longer and changes:
