@@ -40,6 +40,7 @@ from autotune.noise_probe import GradientNoiseProbe
 from autotune.progress import Progress, ProgressWriter
 from autotune.rank_report import write_rank_report
 from autotune.step_timer import StepTimer
+from autotune.worker_shards import DuplicateWorkers
 
 if TYPE_CHECKING:
     from autotune.rank_report import RankReport
@@ -313,6 +314,7 @@ class _MeasureHooks:
         self.total_batches = total_batches
         self.out_dir = out_dir
         self.static: dict[str, Any] = dict(static or {})
+        self.shards = DuplicateWorkers()
         self.precision = str(self.static.get("config", {}).get("precision", "32-true"))
         self.timer = StepTimer(total_batches, accumulate_grad_batches)
         self.losses = LossLog(accumulate_grad_batches, check_every, logged_loss)
@@ -357,6 +359,7 @@ class _MeasureHooks:
         first = not self.timer.sizes
         if first and self.check_batch:
             check_batch_size(samples, self.batch_size, trainer.train_dataloader)
+        self.shards.check(batch, trainer.train_dataloader)  # an IterableDataset's workers: their own shares?
         self.timer.batch_start(now, samples)
         if first:
             self.flops.start()

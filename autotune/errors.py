@@ -90,6 +90,7 @@ class FailKind(str, enum.Enum):
     CRASHED = "crashed"
     BATCH_SIZE_NOT_APPLIED = "batch_size_not_applied"
     NUM_WORKERS_NOT_APPLIED = "num_workers_not_applied"
+    WORKERS_DUPLICATE_DATA = "workers_duplicate_data"
     PRECISION_NOT_APPLIED = "precision_not_applied"
     MONITOR_MISSING = "monitor_missing"
     NO_MEASUREMENT = "no_measurement"
@@ -138,6 +139,10 @@ FAIL_KINDS: dict[FailKind, tuple[str, str]] = {
     FailKind.NUM_WORKERS_NOT_APPLIED: (
         "the train DataLoader did not have the trial's num_workers",
         "make the DataLoader read the num_workers constructor argument",
+    ),
+    FailKind.WORKERS_DUPLICATE_DATA: (
+        "the training IterableDataset gave the same first batch in two DataLoader worker processes: every worker reads all of it",
+        "shard it per worker with torch.utils.data.get_worker_info(), or search num_workers: {choices: [0]}",
     ),
     FailKind.PRECISION_NOT_APPLIED: (
         "Lightning ran another precision than the trial asked for",
