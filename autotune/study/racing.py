@@ -156,8 +156,9 @@ def confirm_samples(
     said = f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s"
     pair = predicted_pair(study, settings, samples, base, first)
     if samples == settings.samples and pair * PLANNED_PAIRS > allowed - spent and pair > 0:  # clamped at --samples
+        fit = int((allowed - spent) // pair)
         said = (
-            f"--samples, the shortest run a race judging the loss trains: about {int((allowed - spent) // pair)} pair(s) "
+            f"--samples, the shortest run a race judging the loss trains: {f'about {fit}' if fit else 'no'} pair(s) "
             f"of trial {first.number}'s config vs the baseline, {pair:.1f} s each, fit in {allowed - spent:.0f} s"
         )
     short = short_samples(settings, first, base)
@@ -168,7 +169,7 @@ def confirm_samples(
         pair = sum(o + samples / sps for o, sps in runs if sps > 0)
         if samples == short and pair > 0:
             fit = int((allowed - spent) // pair)
-            said = f"the shortest run a race of trial {first.number}'s config may train: about {fit} pair(s) of {pair:.1f} s fit in {allowed - spent:.0f} s; it keeps the baseline's math, so its pairs measure samples/s"
+            said = f"the shortest run a race of trial {first.number}'s config may train: {f'about {fit}' if fit else 'no'} pair(s) of {pair:.1f} s fit in {allowed - spent:.0f} s; it keeps the baseline's math, so its pairs measure samples/s"
         else:  # between the shortest run and --samples (not "--samples": it is shorter)
             said = (
                 f"what fits {PLANNED_PAIRS} pairs of trial {first.number}'s config vs the baseline in {allowed - spent:.0f} s, "
