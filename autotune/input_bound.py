@@ -39,9 +39,9 @@ def input_bound_line(trial: Any, settings: StudySettings, trials: Sequence[Any] 
     applied = trial.user_attrs.get("applied") or {}
     loader.update({k: applied[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if applied.get(k) is not None})
     config = trial.user_attrs.get("config", {})
-    other, sps = _other_workers(trial, config, trials)
+    other, sps, missed = _other_workers(trial, config, trials)
     raced = _raced_workers(trial, config, trials, settings)
-    elsewhere = None if other or raced else _slower_elsewhere(config, trials)
+    elsewhere = None if other or raced else (_missed_text(missed) or _slower_elsewhere(config, trials))
     return input_bound_advice(
         trial.user_attrs.get("data_wait_fraction", 0.0), config, settings.space, accelerator, loader, other, sps, raced, elsewhere
     )
@@ -85,9 +85,22 @@ def _without_workers(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in _WORKER_KEYS}
 
 
-def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None]:
-    """``({num_workers other than the config's: best samples/s measured with it}, the config's own samples/s)``
-    over the study's completed search trials at its budget (see :func:`input_bound_line`)."""
+def _missed_text(missed: Mapping[int, int]) -> str | None:
+    """The advice's words for more ``num_workers`` whose only runs missed the loss (``{workers: trial}``), or ``None``."""
+    if not missed:
+        return None
+    runs = ", ".join(f"{w} in trial {n}" for w, n in sorted(missed.items()))
+    return (
+        f"other num_workers ran in this study but missed the baseline's loss ({runs}), so they are not suggested; "
+        "a Dataset that draws random augmentations per sample draws other ones with other workers"
+    )
+
+
+def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any]) -> tuple[dict[int, float], float | None, dict[int, int]]:
+    """``({num_workers other than the config's: best samples/s measured with it}, the config's own samples/s,
+    {num_workers whose runs all missed the loss: the last such trial})`` over the study's completed search
+    trials at its budget (see :func:`input_bound_line`). A run that missed the loss is not weighed: the
+    advice had suggested the workers of a config the same summary called infeasible (helper-37)."""
     by_number = {t.number: t for t in trials}
     reference = by_number.get(trial.user_attrs.get("confirm_of"), trial) if "confirm_of" in trial.user_attrs else trial
     sps = reference.user_attrs.get("samples_per_sec")
@@ -102,13 +115,15 @@ def _other_workers(trial: Any, config: Mapping[str, Any], trials: Sequence[Any])
         and (t.user_attrs.get("samples_per_sec") or 0) > 0
         and _without_workers(t.user_attrs["config"]) == _without_workers(config)
     ]
+    missed = {int(t.user_attrs["config"]["num_workers"]): t.number for t in alike if t.user_attrs.get("feasible") is False}
+    alike = [t for t in alike if t.user_attrs.get("feasible") is not False]
     # full-budget runs first; short screening runs of the same knobs when none ran at full budget
     full = [t for t in alike if "trial_samples" not in t.user_attrs]
     other: dict[int, float] = {}
     for t in full or alike:
         w = int(t.user_attrs["config"]["num_workers"])
         other[w] = max(other.get(w, 0.0), float(t.user_attrs["samples_per_sec"]))
-    return other, (float(sps) if sps else None)
+    return other, (float(sps) if sps else None), {w: n for w, n in missed.items() if w not in other}
 
 
 def _slower_elsewhere(config: Mapping[str, Any], trials: Sequence[Any]) -> str | None:

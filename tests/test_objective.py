@@ -413,3 +413,23 @@ def test_input_bound_line_does_not_suggest_workers_that_measured_slower_with_eve
     add(study, 15000.0, batch_size=16, num_workers=2)
     trials = study.get_trials(deepcopy=False)
     assert "widen: num_workers (this config uses 0, the space allows up to 2)" in input_bound_line(trials[big.number], settings, trials)
+
+
+def test_input_bound_line_does_not_suggest_the_workers_of_a_run_that_missed_the_loss():
+    """helper-37: 'widen: num_workers (... 2 measured 1,975 samples/s vs this config's 1,814)' for a 2-worker run the same
+    summary called infeasible (its Dataset's random augmentation drew otherwise with other workers)."""
+    from autotune.summary import input_bound_line
+    from tests.study.helpers import add, make_settings, make_study
+
+    space = {"num_workers": {"low": 0, "high": 2}}
+    settings = make_settings(space=space)
+    study = make_study(space=space)
+    add(study, 1814.0, 1.0, baseline=True, attrs={"data_wait_fraction": 0.4})
+    missed = add(study, 1975.0, 1.41, num_workers=2, attrs={"feasible": False})
+    trials = study.get_trials(deepcopy=False)
+    line = input_bound_line(trials[0], settings, trials)
+    assert "widen: num_workers" not in line and "1,975" not in line, line
+    assert f"other num_workers ran in this study but missed the baseline's loss (2 in trial {missed.number}), so they are not suggested" in line
+    add(study, 1990.0, 1.0, num_workers=2)  # a run of 2 workers that kept the loss: weighed as before
+    trials = study.get_trials(deepcopy=False)
+    assert "num_workers (this config uses 0; 2 measured 1,990 samples/s vs this config's 1,814)" in input_bound_line(trials[0], settings, trials)

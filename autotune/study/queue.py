@@ -428,6 +428,9 @@ def _baseline_failed(study, settings: StudySettings, frozen) -> BaselineFailedEr
     fix = {  # what this failure asks of the user (the --trial-timeout hint only for a timeout: helper-32)
         FailKind.TIMEOUT: "raise --trial-timeout (or lower --samples)",
         FailKind.OOM: "lower the batch size in the model or its --config",
+        # the figures the objective needs were not measured: the run was too short, not the model wrong (helper-37)
+        FailKind.NO_NOISE_SCALE: "raise --samples",
+        FailKind.NO_MEASUREMENT: "raise --samples",
     }.get(kind, "fix the model or its --config so the baseline trains")
     return BaselineFailedError(
         f"the baseline trial {frozen.number} (the model's own config) failed: {reason}; {fix}, then run the same command again; "

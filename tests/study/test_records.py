@@ -415,3 +415,16 @@ def test_an_unconfirmed_recommendation_is_never_a_config_of_other_math_slower_to
     add(blind, 1000.0, 1.0, baseline=True)
     bigger = add(blind, 1380.0, 1.03, batch_size=64, lr=0.0707)
     assert recommendation(blind, _settings(blind))[0].number == bigger.number
+
+
+def test_a_baseline_too_short_to_measure_the_objective_is_told_to_raise_samples_not_to_fix_the_model():
+    """helper-37: --objective goodput --samples 16 failed the baseline with 'fix the model or its --config'."""
+    from autotune.study.queue import _baseline_failed
+
+    study = make_study(objective="goodput")
+    failed = add(study, None, None, state="FAIL", baseline=True, attrs={
+        "fail_kind": "no_noise_scale", "fail_reason": "goodput needs the gradient noise scale, and no step measured it; raise --samples"})
+    message = str(_baseline_failed(study, _settings(study), failed))
+    assert "; raise --samples, then run the same command again" in message and "fix the model" not in message
+    crashed = add(study, None, None, state="FAIL", baseline=True, attrs={"fail_kind": "exception", "fail_reason": "ValueError"})
+    assert "fix the model or its --config so the baseline trains" in str(_baseline_failed(study, _settings(study), crashed))
