@@ -361,7 +361,9 @@ class _MeasureHooks:
             check_batch_size(samples, self.batch_size, trainer.train_dataloader)
         self.shards.check(batch, trainer.train_dataloader)  # an IterableDataset's workers: their own shares?
         self.timer.batch_start(now, samples)
-        if first:
+        if first and not self.static.get("config", {}).get("compile"):
+            # not under torch.compile: the FLOP counter's dispatch mode changed what Dynamo traced, so a compiled
+            # trial trained where the user's own compiled run raised (helper-37: self.log_dict in training_step)
             self.flops.start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
