@@ -505,18 +505,19 @@ def load_spec(spec: Mapping[str, Any]):
     else:
         found = find_cli_class(spec["model_file"], spec.get("cli_script"))
         cli = found.to_dict() if found else None
+    missed: ModelFileError | None = None
     try:
         model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"))
-    except ModelFileError:
+    except ModelFileError as e:
         if spec.get("data_class") is None:
             raise
-        data_cls = None  # --data names a class of the CLI script: looked for there below
+        missed, data_cls = e, None  # --data names a class of the CLI script: looked for there below
     if data_cls is None:
         script, script_data = script_module(cli, spec["model_file"])
         if script is not None:
             model_cls, data_cls = find_classes(module, spec.get("model_class"), spec.get("data_class"), script, script_data)
-        elif spec.get("data_class") is not None:
-            find_classes(module, spec.get("model_class"), spec.get("data_class"))  # raises its own error
+        elif missed is not None:
+            raise missed
     user_config = spec.get("user_config") or read_user_config(spec.get("config_file"), strict=cli is None)
     return model_cls, data_cls, user_config, cli
 

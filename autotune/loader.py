@@ -227,7 +227,7 @@ def find_classes(
 
     own_loaders = is_overridden("train_dataloader", model_cls, parent=lightning_package(model_cls).LightningModule)
     candidates = _candidates(module, data_bases, data_name is not None or not own_loaders)
-    if not candidates and script is not None and (data_name is not None or not own_loaders) and not _candidates(module, data_bases):
+    if not candidates and script is not None and (data_name is not None or not own_loaders):
         candidates = _candidates(script, data_bases)
         path = f"{path} and {getattr(script, '__file__', script.__name__)} (its LightningCLI script, with what it imports)"
         if data_name is None and len(candidates) > 1 and script_data in [c.__name__ for c in candidates]:

@@ -407,7 +407,6 @@ class ConsoleUI:
 
         if self.quiet:
             return
-
         if line := busy_trial_line(trial):
             self.warn(line)
 

@@ -84,7 +84,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
         from autotune.hardware import available_cpu_count
         from autotune.lightning_cli import build_spec, load_spec
         from autotune.loader import lightning_package
-        from autotune.val_limit import equal_validation_class, scaled_limit
+        from autotune.val_limit import counts_batches, equal_validation_class
 
         config = TrialConfig.from_dict(spec["config"])
         result["config"] = config.to_dict()
@@ -123,7 +123,7 @@ def run_trial(spec: Mapping[str, Any], out_dir: Path) -> int:
             stop_at_loss=tuple(spec["stop_at_loss"]) if spec.get("stop_at_loss") and config.devices * config.num_nodes == 1 else None,
         )
         extra = []
-        if scaled_limit(kwargs.get("limit_val_batches"), config.batch_size, config.batch_size, spec.get("baseline_batch_size")) is not None:
+        if counts_batches(kwargs.get("limit_val_batches"), config.batch_size, spec.get("baseline_batch_size")):
             # an integer limit_val_batches: the baseline's validation samples, not as many batches (autotune.val_limit)
             extra.append(
                 equal_validation_class(pl)(kwargs["limit_val_batches"], config.batch_size, spec["baseline_batch_size"], callback.static)

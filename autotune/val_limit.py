@@ -19,7 +19,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["equal_validation_class", "scaled_limit"]
+__all__ = ["counts_batches", "equal_validation_class", "scaled_limit"]
+
+
+def counts_batches(limit: Any, batch_size: int, baseline_batch_size: int | None) -> bool:
+    """Whether ``limit`` (a ``limit_val_batches``) is a count of batches (an ``int`` > 0) that a trial of
+    ``batch_size`` may have to scale: the baseline's ``batch_size`` is known and differs."""
+    return (
+        not isinstance(limit, bool)
+        and isinstance(limit, int)
+        and limit > 0
+        and bool(baseline_batch_size)
+        and batch_size != baseline_batch_size
+    )
 
 
 def scaled_limit(limit: Any, val_batch_size: int | None, batch_size: int, baseline_batch_size: int | None) -> int | None:
@@ -35,9 +47,7 @@ def scaled_limit(limit: Any, val_batch_size: int | None, batch_size: int, baseli
         ``max(1, round(limit * baseline_batch_size / batch_size))`` when the validation loader follows the
         trial's ``batch_size`` and that differs from the baseline's, else ``None``.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0 or not baseline_batch_size:
-        return None
-    if val_batch_size != batch_size or batch_size == baseline_batch_size:
+    if not counts_batches(limit, batch_size, baseline_batch_size) or val_batch_size != batch_size:
         return None
     return max(1, round(limit * baseline_batch_size / batch_size))
 

@@ -142,12 +142,12 @@ def export_study(study, settings: StudySettings, trial, baseline, out: Path, sto
     doc = {**copy.deepcopy(user_config.get("extra", {})), **doc}  # (scale_schedules changes it in place)
     confirmed = confirmation(study, settings, every)
     ratio = samples_ratio(confirmed, every)
-    base_batch = TrialConfig.from_dict(settings.baseline_config).effective_batch_size
+    base_config = TrialConfig.from_dict(settings.baseline_config)
+    base_batch = base_config.effective_batch_size
     changes = scale_training_length(
         doc["trainer"], base_batch, config.effective_batch_size, ratio if ratio is not None and ratio >= LONGER_FROM else None
     )  # it needs more samples for the same loss, or another effective batch takes them in other steps
     schedule_lines = scale_schedules(doc, changes, manual=(settings.model_info or {}).get("automatic_optimization") is False)
-    base_config = TrialConfig.from_dict(settings.baseline_config)
     per_batch = (base_config.batch_size * base_config.world_size, config.batch_size * config.world_size)
     schedule_lines += [line] if (line := scale_val_check_interval(doc["trainer"], *per_batch)) else []
     schedule_lines += step_length_lines(doc, (settings.model_info or {}).get("signature") or {}, base_batch, config.effective_batch_size)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.objective import directions
-from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss
+from autotune.paired import MAX_PAIRS, Pair, Verdict, chain, judge, replicate_ss, runs_first
 from autotune.study.settings import StudySettings
 
 __all__ = [
@@ -164,9 +164,8 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
         attrs = t.user_attrs
         if "pair_of" not in attrs or (samples is not None and budget_of(attrs) != samples):
             continue
-        key = (int(attrs["incumbent"]), int(attrs["pair_of"]), budget_of(attrs))
-        role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
-        by_key.setdefault(key, {}).setdefault((int(attrs["pair_index"]), role), []).append(t)
+        key, index, role = _slot(attrs)
+        by_key.setdefault(key, {}).setdefault((index, role), []).append(t)
     races = []
     by_number = {t.number: t for t in trials} if by_key else {}
     for (incumbent, candidate, _), runs in by_key.items():
@@ -177,6 +176,12 @@ def races_of(trials: Sequence[Any], settings: StudySettings, samples: int | None
     return races
 
 
+def _slot(attrs: Any) -> tuple[tuple[int, int, int], int, str]:
+    """A paired run's race (``(incumbent, candidate, confirmation budget)``), pair index and role."""
+    role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
+    return (int(attrs["incumbent"]), int(attrs["pair_of"]), budget_of(attrs)), int(attrs["pair_index"]), role
+
+
 def uncounted_runs(trials: Sequence[Any]) -> set[int]:
     """The completed paired runs among ``trials`` that no pair counts: a pair's run whose other run ran in
     a later search run (Ctrl-C between them; :func:`_pair_of`), for ``autotune show``'s note (helper-35:
@@ -185,9 +190,8 @@ def uncounted_runs(trials: Sequence[Any]) -> set[int]:
     for t in trials:
         attrs = t.user_attrs
         if "pair_of" in attrs and t.state.name == "COMPLETE":
-            key = (int(attrs["incumbent"]), int(attrs["pair_of"]), budget_of(attrs), int(attrs["pair_index"]))
-            role = "candidate" if attrs["confirm_of"] == attrs["pair_of"] else "incumbent"
-            slots.setdefault(key, {}).setdefault(role, []).append(t)
+            key, index, role = _slot(attrs)
+            slots.setdefault((*key, index), {}).setdefault(role, []).append(t)
     left: set[int] = set()
     for runs in slots.values():
         if len(runs) == 2:
@@ -328,8 +332,6 @@ def _race(
     )
     if verdict.outcome == "failed" and why:
         verdict = replace(verdict, reason=f"{verdict.reason}, each tried twice ({why})")
-    from autotune.paired import runs_first
-
     missing.sort(key=lambda m: (m[0], m[1] != runs_first(m[0])))
     return Race(
         incumbent,
